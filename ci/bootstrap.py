@@ -1,0 +1,85 @@
+"""Set up kvconform on a machine with nothing but Python, then run the main job or the tests.
+
+    python3 ci/bootstrap.py report   # conformance report over every backend that runs here -> kvconform-out/
+    python3 ci/bootstrap.py test     # the project's tests, then the ci-profile conformance gate
+
+Creates `.venv/` beside this repository (reused when its install stamp matches the constraints), installs
+the package editable with every extra, pinned by `ci/constraints.txt`. Uses only the standard library so it
+runs before anything is installed. Exit code: that of the first failing step.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / "kvconform-install.stamp"
+
+
+def step(title: str, cmd: list[str], env: dict | None = None) -> None:
+    print(f"\n=== {title}\n$ {' '.join(map(str, cmd))}", flush=True)
+    start = time.monotonic()
+    rc = subprocess.call([str(c) for c in cmd], cwd=ROOT, env={**os.environ, **(env or {})})
+    print(f"=== {title}: exit {rc} after {time.monotonic() - start:.0f} s", flush=True)
+    if rc != 0:
+        sys.exit(rc)
+
+
+def install_fingerprint() -> str:
+    h = hashlib.sha256()
+    for name in ("ci/constraints.txt", "pyproject.toml", "setup.py"):
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()
+
+
+def setup() -> None:
+    if not PY.exists():
+        step("create virtual environment", [sys.executable, "-m", "venv", VENV])
+    fingerprint = install_fingerprint()
+    if STAMP.exists() and STAMP.read_text() == fingerprint:
+        print("=== dependencies: up to date (.venv)", flush=True)
+    else:
+        step("install kvconform and pinned dependencies",
+             [PY, "-m", "pip", "install", "--quiet", "-c", "ci/constraints.txt", "-e", ".[all]"])
+        STAMP.write_text(fingerprint)
+    ensure_browser()
+
+
+def ensure_browser() -> None:
+    """The HTML report is checked in headless Chromium; install Debian's package when we can."""
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        return
+    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+        print("=== installing chromium (Debian package) for the HTML report test", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.call(["apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL)
+        subprocess.call(["apt-get", "install", "-y", "-qq", "chromium"], env=env, stdout=subprocess.DEVNULL)
+    if not shutil.which("chromium"):
+        print("=== chromium unavailable: the browser test of report.html will be skipped", flush=True)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1 or argv[0] not in ("report", "test"):
+        sys.exit("usage: python3 ci/bootstrap.py report|test")
+    setup()
+    kvconform = BIN / "kvconform"
+    if argv[0] == "report":
+        step("conformance report (quick profile, every backend that runs here)",
+             [kvconform, "run", "--out", "kvconform-out"])
+        print(f"\nreport: {ROOT / 'kvconform-out' / 'report.html'} (also report.md, report.json, junit.xml)")
+    else:
+        step("project tests", [PY, "-m", "pytest", "-n", "2", "-q", "tests"])
+        step("conformance gate (ci profile, every backend that runs here)",
+             [kvconform, "run", "--profile", "ci", "--out", "ci-out"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,21 @@
+"""kvconform: a reference-versus-optimized conformance suite for the KV-cache kernels of LLM serving.
+
+Sub-packages:
+  kvconform.reference    the NumPy oracle (float64, NumPy + ml_dtypes only)
+  kvconform.backends     the backend protocol, registry and our backends (numpy, triton, pallas)
+  kvconform.conformance  strategies, comparison, pytest plugin, CLI and reports
+
+`from kvconform import reference` works without importing torch, jax or triton.
+"""
+import importlib
+
+__version__ = "0.1.0"
+SPEC_VERSION = "0.1"
+
+__all__ = ["reference", "backends", "conformance", "__version__", "SPEC_VERSION"]
+
+
+def __getattr__(name):
+    if name in ("reference", "backends", "conformance"):
+        return importlib.import_module(f"kvconform.{name}")
+    raise AttributeError(f"module 'kvconform' has no attribute {name!r}")
