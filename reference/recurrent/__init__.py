@@ -1,0 +1,26 @@
+"""Recurrent states (spec/recurrent.md, clauses RS-*): the slot pool, the Mamba / Mamba2 / RWKV6 kernels
+and the state store. One module per kernel family; `slots` holds the pool rules they share."""
+from .activations import SOFTPLUS_THRESHOLD, silu, softplus
+from .conv1d import ConvUpdate, causal_conv1d_update
+from .conv_layouts import window_from_circular, window_from_rolled, window_to_rolled
+from .rwkv6 import WKV6, rwkv6_wkv
+from .selective_state import SelectiveStateUpdate, selective_state_update
+from .slots import PAD_SLOT
+from .ssd_scan import SSDScan, ssd_chunked_scan
+from .store import (Checkpoint, SlotAssignment, StoreError, StoreMeta, StoreUpdate, assign_slots,
+                    checkpoint, copy_sequence, keep_sequence, new_store, remove_sequence, restore,
+                    rollback, slot_refcounts)
+
+__all__ = [
+    # kernels (op names of backends/base.py OPS)
+    "causal_conv1d_update", "selective_state_update", "ssd_chunked_scan", "rwkv6_wkv",
+    "ConvUpdate", "SelectiveStateUpdate", "SSDScan", "WKV6",
+    # pool rules and pointwise functions
+    "PAD_SLOT", "SOFTPLUS_THRESHOLD", "softplus", "silu",
+    # conv window layouts (RS-13)
+    "window_from_rolled", "window_to_rolled", "window_from_circular",
+    # the store (RS-21 … RS-27)
+    "StoreMeta", "StoreUpdate", "SlotAssignment", "Checkpoint", "StoreError", "new_store",
+    "slot_refcounts", "assign_slots", "copy_sequence", "remove_sequence", "keep_sequence",
+    "checkpoint", "restore", "rollback",
+]

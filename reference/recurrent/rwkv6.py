@@ -1,0 +1,60 @@
+"""RWKV6 wkv over packed variable-length sequences and a slot pool (spec/recurrent.md RS-20)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..validation import check_shape, float_input
+from .reductions import ordered_sum
+from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
+from .varlen import cu_seqlens_input
+
+
+class WKV6(NamedTuple):
+    out: np.ndarray    # [T, H, V] float64
+    state: np.ndarray  # [num_slots, H, K, V] the new pool, the pool's dtype
+
+
+def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None) -> WKV6:
+    """RWKV6 time mixing (RS-20): the output reads the old state plus the bonus u.
+
+    r, k, w:           [T, H, K] float; w is the per-channel decay multiplier itself (not its log)
+    v:                 [T, H, V] float
+    u:                 [H, K] float (bonus)
+    state:             [num_slots, H, K, V] float32|float64 pool
+    cu_seqlens:        i32[S+1]; state_indices i32[S] (-1 = padding); has_initial_state bool[S]
+
+    Per token and head: y[v] = sum_k r[k] (S[k, v] + u[k] k[k] v[v]); then S <- w[k] S[k, v] + k[k] v[v].
+    No scale is applied. Returns WKV6(out, state = new pool with each live sequence's final state).
+    """
+    pool = pool_input("state", state, 4, "[num_slots, H, K, V]")
+    num_slots, heads, dk, dv = pool.shape
+    ra = float_input("r", r, 3, "[T, H, K]")
+    tokens = ra.shape[0]
+    check_shape("r", ra, (tokens, heads, dk), "[T, H, K]")
+    ka = float_input("k", k, 3, "[T, H, K]")
+    check_shape("k", ka, (tokens, heads, dk), "[T, H, K]")
+    wa = float_input("w", w, 3, "[T, H, K]")
+    check_shape("w", wa, (tokens, heads, dk), "[T, H, K]")
+    va = float_input("v", v, 3, "[T, H, V]")
+    check_shape("v", va, (tokens, heads, dv), "[T, H, V]")
+    ua = float_input("u", u, 2, "[H, K]")
+    check_shape("u", ua, (heads, dk), "[H, K]")
+    cu = cu_seqlens_input(cu_seqlens, tokens)
+    seqs = cu.shape[0] - 1
+    idx = slot_indices("state_indices", state_indices, seqs, num_slots)
+    from_state = initial_flags("has_initial_state", has_initial_state, seqs)
+
+    S_all = gather_rows(pool, idx, from_state)                    # [S, H, K, V]
+    out = np.zeros((tokens, heads, dv))
+    for s in range(seqs):
+        if idx[s] < 0:
+            continue
+        S = S_all[s]
+        for t in range(int(cu[s]), int(cu[s + 1])):
+            kv = ka[t][:, :, None] * va[t][:, None, :]            # [H, K, V]
+            out[t] = ordered_sum(ra[t][:, :, None] * (S + ua[:, :, None] * kv), axis=1)
+            S = wa[t][:, :, None] * S + kv
+        S_all[s] = S
+    return WKV6(out, scatter_rows(pool, idx, S_all))

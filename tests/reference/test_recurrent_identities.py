@@ -1,0 +1,267 @@
+"""Oracle-free identities of the recurrent reference: chunked == token by token, split invariance,
+no leakage, untouched rows, group mapping, conv layouts (spec/recurrent.md)."""
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvconform import reference as R
+
+from ._recurrent_cases import bits, close, mamba2_inputs, ssd, ssd_token_by_token
+
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def packed_lengths(draw, max_seqs=3, max_len=9):
+    lengths = draw(st.lists(st.integers(0, max_len), min_size=1, max_size=max_seqs))
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+
+
+@FAST
+@given(cu=packed_lengths(), chunk=st.integers(1, 10), heads_groups=st.sampled_from([(1, 1), (2, 1), (4, 2), (6, 3)]),
+       seed=st.integers(0, 2**31), snaps=st.integers(0, 4), pad_first=st.booleans())
+def test_rs18_chunked_equals_token_by_token(cu, chunk, heads_groups, seed, snaps, pad_first):
+    """RS-18/RS-19: outputs, final states and snapshots of the chunked scan equal the iterated RS-16 update
+    for every chunk size; RS-5: has_initial_state False ignores a NaN row; RS-3: padding sequence."""
+    rng = np.random.default_rng(seed)
+    heads, groups = heads_groups
+    seqs = len(cu) - 1
+    inp = mamba2_inputs(rng, int(cu[-1]), heads, groups, 2, 3, num_slots=seqs + 2)
+    slots = rng.permutation(seqs + 2)[:seqs].astype(np.int32)
+    if pad_first:
+        slots[0] = -1
+    has_init = rng.random(seqs) < 0.5
+    for s in np.flatnonzero(~has_init):
+        if slots[s] >= 0:
+            inp["state"][slots[s]] = np.nan
+    res = ssd(inp, cu, chunk_size=chunk, state_indices=slots, has_initial_state=has_init, num_snapshots=snaps)
+    out, finals, snap = ssd_token_by_token(inp, cu, slots, has_init, snapshots=snaps)
+    assert close(res.out, out)
+    for slot, state in finals.items():
+        assert close(res.state[slot], state)
+    assert np.array_equal(np.isnan(res.snapshots), np.isnan(snap))
+    assert close(np.nan_to_num(res.snapshots), np.nan_to_num(snap))
+    untouched = np.setdiff1d(np.arange(seqs + 2), slots)
+    assert bits(res.state[untouched]) == bits(inp["state"][untouched])  # RS-4
+
+
+@FAST
+@given(length=st.integers(1, 16), cuts=st.lists(st.integers(0, 16), max_size=3), chunk=st.integers(1, 6),
+       seed=st.integers(0, 2**31))
+def test_rs18_split_prefill_carrying_state(length, cuts, chunk, seed):
+    """RS-18: a prefill cut into pieces that carry the state through the pool equals one call."""
+    rng = np.random.default_rng(seed)
+    inp = mamba2_inputs(rng, length, 4, 2, 2, 3, num_slots=2)
+    whole = ssd(inp, np.array([0, length]), chunk_size=chunk, state_indices=np.array([1]))
+    bounds = sorted({0, length, *[c for c in cuts if c <= length]})
+    pool, outs = inp["state"], []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        piece = {k: (v[lo:hi] if k in ("x", "dt", "B", "C", "z") else v) for k, v in inp.items()}
+        piece["state"] = pool
+        res = ssd(piece, np.array([0, hi - lo]), chunk_size=chunk, state_indices=np.array([1]))
+        pool = res.state
+        outs.append(res.out)
+    assert close(np.concatenate(outs), whole.out)
+    assert close(pool, whole.state)
+    assert bits(pool[0]) == bits(inp["state"][0])
+
+
+@FAST
+@given(cu=packed_lengths(max_seqs=4), seed=st.integers(0, 2**31), shift=st.integers(1, 3))
+def test_rs7_ssd_no_leakage_alone_vs_packed_order_and_slot(cu, seed, shift):
+    """RS-7: a sequence's results do not depend on the other sequences, their order, padding or its slot
+    (bitwise for the reference, whose sums run in a pinned order: RS-8)."""
+    rng = np.random.default_rng(seed)
+    seqs = len(cu) - 1
+    num_slots = seqs + 4
+    inp = mamba2_inputs(rng, int(cu[-1]), 4, 2, 2, 3, num_slots=num_slots)
+    slots = np.arange(seqs, dtype=np.int32)
+    packed = ssd(inp, cu, chunk_size=3, state_indices=slots, num_snapshots=2)
+    order = rng.permutation(seqs)
+    lens = np.diff(cu)
+    for s in range(seqs):
+        lo, hi = cu[s], cu[s + 1]
+        alone = {k: (v[lo:hi] if k in ("x", "dt", "B", "C", "z") else v) for k, v in inp.items()}
+        # alone, in a shifted slot, behind a padding sequence with tokens of its own
+        alone["state"] = np.full_like(inp["state"], np.nan)
+        alone["state"][s + shift] = inp["state"][s]
+        pad_len = 2
+        for k in ("x", "dt", "B", "C", "z"):
+            alone[k] = np.concatenate([rng.standard_normal((pad_len,) + alone[k].shape[1:]), alone[k]])
+        res = ssd(alone, np.array([0, pad_len, pad_len + hi - lo]), chunk_size=3,
+                  state_indices=np.array([-1, s + shift]), num_snapshots=2)
+        assert bits(res.out[pad_len:]) == bits(packed.out[lo:hi])
+        assert not res.out[:pad_len].any()                     # RS-3
+        assert bits(res.state[s + shift]) == bits(packed.state[s])
+        assert bits(res.snapshots[1]) == bits(packed.snapshots[s])
+        assert not res.snapshots[0].any()
+    # permuted order of the packed sequences
+    new_cu = np.concatenate([[0], np.cumsum(lens[order])])
+    perm_tokens = np.concatenate([np.arange(cu[s], cu[s + 1]) for s in order]).astype(int)
+    perm = {k: (v[perm_tokens] if k in ("x", "dt", "B", "C", "z") else v) for k, v in inp.items()}
+    res = ssd(perm, new_cu, chunk_size=3, state_indices=slots[order], num_snapshots=2)
+    assert bits(res.out) == bits(packed.out[perm_tokens])
+    assert bits(res.state) == bits(packed.state)
+
+
+@FAST
+@given(batch=st.integers(1, 5), seed=st.integers(0, 2**31), mamba2=st.booleans())
+def test_rs4_rs7_ssu_untouched_canary_rows_and_batch_independence(batch, seed, mamba2):
+    """RS-4: rows not addressed (NaN canaries included) are bitwise unchanged; RS-3: padding rows;
+    RS-7: each row equals the same row run alone in slot 0."""
+    rng = np.random.default_rng(seed)
+    num_slots = 2 * batch + 2
+    if mamba2:
+        H, G, P, N = 4, 2, 2, 3
+        pool = rng.standard_normal((num_slots, H, P, N)).astype(np.float32)
+        args = [rng.standard_normal((batch, H, P)), rng.standard_normal((batch, H)), -rng.random(H),
+                rng.standard_normal((batch, G, N)), rng.standard_normal((batch, G, N))]
+        kw = dict(D=rng.random(H), z=rng.standard_normal((batch, H, P)), dt_bias=rng.random(H))
+    else:
+        Dm, N = 3, 2
+        pool = rng.standard_normal((num_slots, Dm, N)).astype(np.float32)
+        args = [rng.standard_normal((batch, Dm)), rng.standard_normal((batch, Dm)), -rng.random((Dm, N)),
+                rng.standard_normal((batch, N)), rng.standard_normal((batch, N))]
+        kw = dict(D=rng.random(Dm), z=rng.standard_normal((batch, Dm)), dt_bias=rng.random(Dm))
+    slots = rng.permutation(num_slots)[:batch].astype(np.int32)
+    slots[rng.random(batch) < 0.3] = -1
+    untouched = np.setdiff1d(np.arange(num_slots), slots)
+    pool[untouched[: len(untouched) // 2]] = np.nan     # canaries
+    before = pool.copy()
+    res = R.selective_state_update(pool, *args, **kw, dt_softplus=True, state_indices=slots)
+    assert bits(pool) == bits(before)                   # inputs never modified
+    assert bits(res.state[untouched]) == bits(pool[untouched])
+    assert not res.out[slots < 0].any()
+    for b in np.flatnonzero(slots >= 0):
+        x, dt, A, B, C = args
+        one = R.selective_state_update(pool[slots[b]:slots[b] + 1], x[b:b + 1], dt[b:b + 1], A, B[b:b + 1],
+                                       C[b:b + 1], D=kw["D"], z=kw["z"][b:b + 1], dt_bias=kw["dt_bias"],
+                                       dt_softplus=True)
+        assert bits(one.out[0]) == bits(res.out[b])
+        assert bits(one.state[0]) == bits(res.state[slots[b]])
+
+
+@FAST
+@given(seed=st.integers(0, 2**31), G=st.sampled_from([2, 3]), ratio=st.sampled_from([2, 3]))
+def test_rs16_group_mapping_matches_per_head_mamba1(seed, G, ratio):
+    """RS-16: with G > 1 and H/G > 1 and asymmetric B/C, head h behaves as a Mamba1 state whose B, C are
+    group h // (H // G) and whose A is the head's scalar."""
+    rng = np.random.default_rng(seed)
+    H, P, N = G * ratio, 2, 3
+    state = rng.standard_normal((1, H, P, N))
+    x, dt, A = rng.standard_normal((1, H, P)), rng.random((1, H)), -rng.random(H)
+    B, C = rng.standard_normal((1, G, N)), 3 * rng.standard_normal((1, G, N)) + 1
+    res = R.selective_state_update(state, x, dt, A, B, C)
+    for h in range(H):
+        g = h // (H // G)
+        one = R.selective_state_update(state[:, h], x[:, h], np.repeat(dt[:, h:h + 1], P, axis=1),
+                                       np.full((P, N), A[h]), B[:, g], C[:, g])
+        assert close(one.out[0], res.out[0, h], rtol=1e-15)
+        assert close(one.state[0], res.state[0, h], rtol=1e-15)
+
+
+def _conv_inputs(rng, batch, C, W, steps):
+    return (rng.standard_normal((batch, steps, C)).astype(np.float32),
+            rng.standard_normal((batch, C, W - 1)).astype(np.float32),
+            rng.standard_normal((C, W)), rng.standard_normal(C))
+
+
+@FAST
+@given(W=st.integers(1, 5), steps=st.integers(1, 7), cut=st.integers(0, 7), seed=st.integers(0, 2**31),
+       act=st.sampled_from([None, "silu"]))
+def test_rs12_conv_multi_token_equals_split_calls(W, steps, cut, seed, act):
+    """RS-12: T tokens in one call equal the same tokens split over calls that carry the window."""
+    rng = np.random.default_rng(seed)
+    x, pool, w, b = _conv_inputs(rng, 2, 3, W, steps)
+    cut = min(cut, steps)
+    whole = R.causal_conv1d_update(x, pool, w, b, activation=act)
+    first = R.causal_conv1d_update(x[:, :cut], pool, w, b, activation=act)
+    second = R.causal_conv1d_update(x[:, cut:], first.conv_state, w, b, activation=act)
+    assert bits(np.concatenate([first.out, second.out], axis=1)) == bits(whole.out)
+    assert bits(second.conv_state) == bits(whole.conv_state)
+
+
+def _rolled_step(rolled, x, w, b):
+    """mamba_ssm-style W-wide state: shift left by one, newest input in the last column."""
+    rolled = np.roll(rolled, -1, axis=-1)
+    rolled[..., -1] = x
+    acc = rolled[..., 0] * w[:, 0]
+    for j in range(1, w.shape[1]):
+        acc = acc + rolled[..., j] * w[:, j]
+    return rolled, acc + b
+
+
+def _circular_step(buf, written, x, w, b):
+    """causal-conv1d circular buffer: read the W-1 previous inputs, then store input number p at p % L."""
+    L, W = buf.shape[-1], w.shape[1]
+    cols = (written[:, None] - (W - 1) + np.arange(W - 1)[None]) % L
+    win = np.concatenate([np.take_along_axis(buf, cols[:, None, :], axis=2), x[:, :, None]], axis=2)
+    acc = win[..., 0] * w[:, 0]
+    for j in range(1, W):
+        acc = acc + win[..., j] * w[:, j]
+    buf = buf.copy()
+    buf[np.arange(buf.shape[0]), :, written % L] = x
+    return buf, written + 1, acc + b
+
+
+@FAST
+@given(W=st.integers(2, 5), extra=st.integers(0, 3), steps=st.integers(1, 9), seed=st.integers(0, 2**31))
+def test_rs13_three_conv_layouts_agree(W, extra, steps, seed):
+    """RS-13: canonical W-1 window, W-wide rolled state and circular buffer (zero-initialised) give the same
+    outputs, and their windows convert to the canonical one, token after token from a fresh sequence."""
+    rng = np.random.default_rng(seed)
+    batch, C = 2, 3
+    x = rng.standard_normal((batch, steps, C))
+    w, b = rng.standard_normal((C, W)), rng.standard_normal(C)
+    canon = np.zeros((batch, C, W - 1))
+    rolled = R.window_to_rolled(canon)
+    buf, written = np.zeros((batch, C, W - 1 + extra)), np.zeros(batch, dtype=np.int64)
+    for t in range(steps):
+        res = R.causal_conv1d_update(x[:, t], canon, w, b)
+        canon = res.conv_state
+        rolled, y_rolled = _rolled_step(rolled, x[:, t], w, b)
+        buf, written, y_circ = _circular_step(buf, written, x[:, t], w, b)
+        assert close(y_rolled, res.out, rtol=1e-14) and close(y_circ, res.out, rtol=1e-14)
+        assert bits(R.window_from_rolled(rolled)) == bits(canon)
+        assert bits(R.window_from_circular(buf, written, W)) == bits(canon)
+
+
+@FAST
+@given(cu=packed_lengths(), cut=st.integers(0, 9), seed=st.integers(0, 2**31))
+def test_rs20_rwkv6_split_and_no_leakage(cu, cut, seed):
+    """RS-20 with RS-7: splitting every sequence in two calls carrying state equals one call, and a sequence
+    alone in another slot gives bitwise the same result as packed."""
+    rng = np.random.default_rng(seed)
+    seqs, T, H, K, V = len(cu) - 1, int(cu[-1]), 2, 3, 2
+    r, k, v = rng.standard_normal((T, H, K)), rng.standard_normal((T, H, K)), rng.standard_normal((T, H, V))
+    w, u = rng.uniform(0.2, 1.0, (T, H, K)), rng.standard_normal((H, K))
+    pool = rng.standard_normal((seqs + 1, H, K, V))
+    slots = np.arange(seqs)
+    whole = R.rwkv6_wkv(r, k, v, w, u, pool, cu, state_indices=slots)
+    lens = np.diff(cu)
+    heads_len = np.minimum(lens, cut)
+    first_tok = np.concatenate([np.arange(cu[s], cu[s] + heads_len[s]) for s in range(seqs)]).astype(int)
+    second_tok = np.concatenate([np.arange(cu[s] + heads_len[s], cu[s + 1]) for s in range(seqs)]).astype(int)
+    cu1 = np.concatenate([[0], np.cumsum(heads_len)])
+    cu2 = np.concatenate([[0], np.cumsum(lens - heads_len)])
+    a = R.rwkv6_wkv(r[first_tok], k[first_tok], v[first_tok], w[first_tok], u, pool, cu1, state_indices=slots)
+    b = R.rwkv6_wkv(r[second_tok], k[second_tok], v[second_tok], w[second_tok], u, a.state, cu2,
+                    state_indices=slots)
+    out = np.zeros_like(whole.out)
+    out[first_tok], out[second_tok] = a.out, b.out
+    assert close(out, whole.out) and close(b.state, whole.state)
+    for s in range(seqs):
+        lo, hi = cu[s], cu[s + 1]
+        alone_pool = np.full_like(pool, np.nan)
+        alone_pool[seqs] = pool[s]
+        one = R.rwkv6_wkv(r[lo:hi], k[lo:hi], v[lo:hi], w[lo:hi], u, alone_pool, np.array([0, hi - lo]),
+                          state_indices=np.array([seqs]))
+        assert bits(one.out) == bits(whole.out[lo:hi]) and bits(one.state[seqs]) == bits(whole.state[s])
+        assert bits(one.state[:seqs]) == bits(alone_pool[:seqs])
+
+
+def test_rs5_rwkv6_fresh_sequence_ignores_nan_row():
+    pool = np.full((1, 1, 1, 1), np.nan)
+    res = R.rwkv6_wkv(np.ones((1, 1, 1)), np.ones((1, 1, 1)), np.full((1, 1, 1), 2.0), np.full((1, 1, 1), 0.5),
+                      np.ones((1, 1)), pool, np.array([0, 1]), has_initial_state=np.array([False]))
+    assert res.out[0, 0, 0] == 2.0 and res.state[0, 0, 0, 0] == 2.0  # y = 1*(0 + 1*1*2); S = 0.5*0 + 2
