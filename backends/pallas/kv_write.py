@@ -1,0 +1,91 @@
+"""KV write through a slot mapping as a Pallas TPU kernel (spec/paged_attention.md PA-40 .. PA-46).
+
+Kernel shape: the slot mapping is scalar-prefetched into SMEM; the pools stay in HBM (memory_space=ANY)
+and are aliased input -> output, so only the written rows move; each grid step takes a block of new
+tokens into VMEM, converts it to the storage dtype there (the pinned quantize rule: float32 division by
+the float32 scale, round to nearest even, saturate), and DMAs each token's [Hkv, D] row to its slot.
+A negative slot issues no DMA (PA-41). Duplicate slots are rejected by the adapter before the call,
+because the order of two DMAs to one slot is not defined on a TPU.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from .tiling import SUBLANES
+
+
+def store_value(x, dtype, scale):
+    """float32 values -> storage dtype, the rule of reference.dtypes.quantize / PA-43, PA-44."""
+    dtype = np.dtype(dtype)
+    if scale is None:
+        return x.astype(dtype)
+    q = x / scale  # IEEE float32 division, not a reciprocal multiply
+    if dtype == np.int8:
+        return jnp.clip(jnp.round(q), -128, 127).astype(jnp.int8)  # jnp.round: ties to even
+    top = float(ml_dtypes.finfo(dtype).max)
+    return jnp.clip(q, -top, top).astype(dtype)
+
+
+def write_kv_kernel(k_pages, v_pages, k, v, slots, scales, *, quantized: bool, interpret,
+                    block_tokens: int = SUBLANES):
+    """k_pages, v_pages: [P, page_size, Hkv, D] storage dtype; k, v: f32[N_pad, Hkv, D] (N_pad a
+    multiple of block_tokens); slots: i32[N_pad] (-1 = skip); scales: f32[2] = (k_scale, v_scale).
+    Returns the two updated pools."""
+    n_pad, hkv, d = k.shape
+    page_size = k_pages.shape[1]
+    if n_pad % block_tokens:
+        raise ValueError(f"the token count must be padded to a multiple of block_tokens={block_tokens}, "
+                         f"got {n_pad}")
+    kernel = functools.partial(_kernel, page_size=page_size, block_tokens=block_tokens,
+                               quantized=quantized)
+    token_block = pl.BlockSpec((block_tokens, hkv, d), lambda b, *_: (b, 0, 0))
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=1, grid=(n_pad // block_tokens,),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), token_block, token_block,
+                  pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=[pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
+        scratch_shapes=[pltpu.VMEM((block_tokens, hkv, d), k_pages.dtype),
+                        pltpu.VMEM((block_tokens, hkv, d), v_pages.dtype),
+                        pltpu.SemaphoreType.DMA((2,))])
+    call = pl.pallas_call(
+        kernel, grid_spec=grid_spec,
+        out_shape=[jax.ShapeDtypeStruct(k_pages.shape, k_pages.dtype),
+                   jax.ShapeDtypeStruct(v_pages.shape, v_pages.dtype)],
+        # operand indices count the scalar-prefetch operand: slots=0, scales=1, k=2, v=3, pools 4, 5
+        input_output_aliases={4: 0, 5: 1}, interpret=interpret,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)))
+    return call(slots, scales, k, v, k_pages, v_pages)
+
+
+def _kernel(slots_ref, scales_ref, k_ref, v_ref, k_in, v_in, k_out, v_out, k_buf, v_buf, sem, *,
+            page_size, block_tokens, quantized):
+    del k_in, v_in  # aliased to k_out / v_out
+    k_scale = scales_ref[0] if quantized else None
+    v_scale = scales_ref[1] if quantized else None
+    k_buf[...] = store_value(k_ref[...], k_buf.dtype, k_scale)
+    v_buf[...] = store_value(v_ref[...], v_buf.dtype, v_scale)
+    base = pl.program_id(0) * block_tokens
+
+    def body(t, carry):
+        slot = slots_ref[base + t]
+
+        @pl.when(slot >= 0)
+        def _():
+            page, offset = slot // page_size, slot % page_size
+            ck = pltpu.make_async_copy(k_buf.at[t], k_out.at[page, offset], sem.at[0])
+            cv = pltpu.make_async_copy(v_buf.at[t], v_out.at[page, offset], sem.at[1])
+            ck.start()
+            cv.start()
+            ck.wait()
+            cv.wait()
+        return carry
+
+    lax.fori_loop(0, block_tokens, body, 0)

@@ -1,0 +1,1 @@
+"""Pallas kernels of the recurrent family (spec/recurrent.md); one module per kernel."""

@@ -1,0 +1,185 @@
+"""The Pallas ragged paged attention kernel (Pallas TPU interpret mode on CPU) against the reference.
+
+Clauses: PA-1 .. PA-25 (semantics), PA-24 (poison in unused slots/pages/padding rows never reaches a valid
+row). Bound: the kernel accumulates in float32 (numerics class R, reduction-bounded): the logit of a
+key and the softmax-weighted sum are dot products of length D and L (visible keys), each off by at most
+about (D + L) * u32 relative to the magnitudes involved; 8 * (D + L) * u32 * max|v| (+ the same relative
+term) covers exp/tanh rounding with margin while catching any masking or indexing error (which is O(1)).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from kvconform import reference  # noqa: E402
+from kvconform.backends.pallas import make_backend  # noqa: E402
+from kvconform.backends.pallas.paged_attention import AttentionConfig, check_tpu_shapes  # noqa: E402
+
+U32 = 2.0 ** -24
+BACKEND = make_backend()
+
+
+def _assert_close(actual, expected, rows, D, L, vmax):
+    bound = 8 * (D + L) * U32 * max(vmax, 1.0)
+    np.testing.assert_allclose(np.asarray(actual, np.float64)[rows], expected[rows], rtol=bound, atol=bound)
+
+
+@st.composite
+def attention_case(draw):
+    hkv = draw(st.sampled_from([1, 2, 4]))
+    group = draw(st.sampled_from([1, 2, 3]))
+    D = draw(st.sampled_from([4, 8, 32]))
+    ps = draw(st.sampled_from([1, 2, 4, 8]))
+    S = draw(st.integers(1, 4))
+    num_seqs = draw(st.integers(0, S))
+    kv_lens = [draw(st.integers(0, 20)) for _ in range(S)]
+    q_lens = [draw(st.integers(0, kv)) for kv in kv_lens]  # decode rows (1), prefill chunks, empty
+    pps = max(1, -(-max(kv_lens) // ps))
+    P = S * pps + draw(st.integers(0, 3))
+    seed = draw(st.integers(0, 2 ** 16))
+    opts = {}
+    if draw(st.booleans()):
+        opts["sliding_window"] = draw(st.integers(1, 12))
+    if draw(st.booleans()):
+        opts["soft_cap"] = draw(st.sampled_from([0.5, 5.0, 30.0]))
+    if draw(st.booleans()):
+        opts["sinks"] = "draw"
+    opts["return_scores"] = draw(st.booleans())
+    return dict(hkv=hkv, group=group, D=D, ps=ps, S=S, num_seqs=num_seqs, kv_lens=kv_lens, q_lens=q_lens,
+                pps=pps, P=P, seed=seed, opts=opts)
+
+
+def _build(c, dtype=np.float32, kv_dtype=np.float32, poison=True):
+    rng = np.random.default_rng(c["seed"])
+    hq = c["hkv"] * c["group"]
+    n = c["num_seqs"]
+    q_lens = [ql if i < n else 0 for i, ql in enumerate(c["q_lens"])]
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    T = int(cu[-1]) + 2  # two padding rows
+    q = rng.standard_normal((T, hq, c["D"])).astype(dtype)
+    shape = (c["P"], c["ps"], c["hkv"], c["D"])
+    k = (rng.standard_normal(shape) * 2).astype(kv_dtype)
+    v = (rng.standard_normal(shape) * 2).astype(kv_dtype)
+    table = rng.permutation(c["P"])[:c["S"] * c["pps"]].reshape(c["S"], c["pps"]).astype(np.int32)
+    kv_lens = np.array(c["kv_lens"], np.int32)
+    if poison and np.dtype(kv_dtype) != np.int8:  # PA-24: NaN everywhere that must not matter
+        q[cu[n]:] = np.nan
+        live = np.zeros(shape[:2], bool)  # (page, slot) holding a token some sequence < n owns
+        for i in range(n):
+            for j in range(int(kv_lens[i])):
+                live[table[i, j // c["ps"]], j % c["ps"]] = True
+        k[~live] = np.nan
+        v[~live] = np.nan
+        table[n:] = -7  # unused table rows
+    opts = dict(c["opts"])
+    if opts.get("sinks") == "draw":
+        opts["sinks"] = rng.standard_normal(hq)
+    return (q, k, v, kv_lens, table, cu, n), opts
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(attention_case())
+def test_matches_reference_with_poison(case):
+    """PA-1..PA-25 differential, NaN poison in every must-not-matter place (PA-24)."""
+    args, opts = _build(case)
+    expected = reference.ragged_paged_attention(*args, **opts)
+    actual = BACKEND.ragged_paged_attention(*args, **opts)
+    rows = slice(0, int(args[5][args[6]]))
+    L = max(case["kv_lens"])
+    vmax = float(np.nanmax(np.abs(args[2]))) if np.isfinite(args[2]).any() else 1.0
+    if opts["return_scores"]:
+        _assert_close(actual.out, expected.out, rows, case["D"], L, vmax)
+        hq = case["hkv"] * case["group"]
+        _assert_close(actual.scores, expected.scores, slice(None), case["D"], L, hq * max(case["q_lens"]))
+    else:
+        assert np.all(np.isfinite(np.asarray(actual)[rows]))
+        _assert_close(actual, expected, rows, case["D"], L, vmax)
+
+
+FIXED = dict(hkv=2, group=2, D=16, ps=4, S=3, num_seqs=3, kv_lens=[9, 4, 13], q_lens=[1, 4, 6], pps=4,
+             P=14, seed=3, opts={"return_scores": True})
+
+
+@pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e5m2", "int8"])
+def test_quantized_kv(kv_dtype):
+    """PA-18, PA-19: stored * scale is the key/value; fp8 and int8 pages dequantized in VMEM."""
+    dt = np.dtype(getattr(ml_dtypes, kv_dtype, None) or kv_dtype)
+    args, opts = _build(FIXED, kv_dtype=dt, poison=False)
+    opts.update(k_scale=0.75, v_scale=0.125, sliding_window=5)
+    expected = reference.ragged_paged_attention(*args, **opts)
+    actual = BACKEND.ragged_paged_attention(*args, **opts)
+    vmax = float(np.abs(args[2].astype(np.float64)).max()) * 0.125
+    _assert_close(actual.out, expected.out, slice(0, 11), 16, 13, vmax)
+    _assert_close(actual.scores, expected.scores, slice(None), 16, 13, 4 * 6)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
+def test_half_precision_inputs(dtype):
+    """Claimed activation dtypes bf16/f16 with bf16 pages: exact upcast to float32 inside."""
+    args, opts = _build(FIXED, dtype=dtype, kv_dtype=ml_dtypes.bfloat16)
+    expected = reference.ragged_paged_attention(*args, **opts)
+    actual = BACKEND.ragged_paged_attention(*args, **opts)
+    _assert_close(actual.out, expected.out, slice(0, 11), 16, 13, 8.0)
+
+
+def test_golden_two_keys():
+    """Hand-worked: one row, D=1, keys 0 and ln 3 (after scaling by 1), values 1 and 5.
+    Weights 1/4 and 3/4 -> out = 1/4 + 15/4 = 4; scores = [0.25, 0.75]. With a sink of ln 4:
+    out = (1*1 + 3*5) / (1 + 3 + 4) = 2."""
+    q = np.ones((1, 1, 1), np.float32)
+    k = np.array([0.0, np.log(3.0)], np.float32).reshape(1, 2, 1, 1)
+    v = np.array([1.0, 5.0], np.float32).reshape(1, 2, 1, 1)
+    meta = (np.array([2], np.int32), np.zeros((1, 1), np.int32), np.array([0, 1], np.int32), 1)
+    res = BACKEND.ragged_paged_attention(q, k, v, *meta, sm_scale=1.0, return_scores=True)
+    np.testing.assert_allclose(res.out[0, 0, 0], 4.0, rtol=1e-6)
+    np.testing.assert_allclose(res.scores[0], [0.25, 0.75], rtol=1e-6)
+    out = BACKEND.ragged_paged_attention(q, k, v, *meta, sm_scale=1.0, sinks=np.array([np.log(4.0)]))
+    np.testing.assert_allclose(out[0, 0, 0], 2.0, rtol=1e-6)
+
+
+def test_inputs_not_modified():
+    args, opts = _build(FIXED)
+    before = [np.array(a, copy=True) for a in args[:6]]
+    BACKEND.ragged_paged_attention(*args, **opts)
+    for a, b in zip(args[:6], before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_errors_name_the_argument():
+    args, _ = _build(FIXED, poison=False)
+    q, k, v, kv_lens, table, cu, n = args
+    with pytest.raises(ValueError, match="Hq"):
+        BACKEND.ragged_paged_attention(q[:, :3], k, v, kv_lens, table, cu, n)
+    with pytest.raises(ValueError, match="cu_q_lens"):
+        BACKEND.ragged_paged_attention(q, k, v, kv_lens, table, cu[::-1].copy(), n)
+    big = np.zeros((1, 1, 512), np.float32)
+    with pytest.raises(ValueError, match="max_head_dim"):
+        BACKEND.ragged_paged_attention(big, np.zeros((1, 1, 1, 512), np.float32),
+                                       np.zeros((1, 1, 1, 512), np.float32), np.array([1]),
+                                       np.zeros((1, 1), np.int32), np.array([0, 1]), 1)
+
+
+def test_tpu_tiling_rules():
+    """What Mosaic would reject is rejected before the call, naming the rule."""
+    cfg = AttentionConfig(8, 1, False, False, False, False, False)
+    check_tpu_shapes((8, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(8, 4, *[False] * 5))
+    with pytest.raises(ValueError, match="128 lanes"):
+        check_tpu_shapes((8, 4, 64), (4, 4, 8, 64), np.float32, cfg)
+    with pytest.raises(ValueError, match="block_q"):
+        check_tpu_shapes((12, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(12, 4, *[False] * 5))
+    with pytest.raises(ValueError, match="packing 4"):  # 2 fp8 rows of one head block: not a packed tile
+        check_tpu_shapes((8, 4, 128), (4, 4, 8, 128), ml_dtypes.float8_e4m3fn, cfg)
+
+
+def test_claims_and_availability():
+    caps = BACKEND.capabilities()
+    assert set(caps) == {"ragged_paged_attention", "write_kv", "rotate_keys", "shift_keys", "causal_conv1d_update"}
+    assert "int8" in caps["ragged_paged_attention"].kv_dtypes
+    avail = BACKEND.availability()
+    assert avail.ok and "Pallas TPU interpret mode" in avail.device
