@@ -1,0 +1,203 @@
+"""The Triton backend adapter: capability claims, validation, NumPy <-> torch, kernel selection.
+
+Kernels live in one module per family (paged_attention, kv_write, ...); this module only converts
+arguments, checks them with the reference's own preconditions (so a malformed call fails with the same
+message as the oracle), picks launch parameters and converts results back. Ops are pure: in-place
+kernels run on copies.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kvconform.backends.base import Availability, Backend, OpClaims
+from kvconform.reference import dtypes
+from kvconform.reference.validation import (check_index_range, check_shape, check_unique, float_input,
+                                            int_input, positive_float, require)
+
+from . import _runtime
+from .convert import metadata, to_numpy, to_torch
+
+_ACT = ("float32", "float16", "bfloat16")
+_KV = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8")
+
+
+class TritonBackend(Backend):
+    name = "triton"
+    version = "0.1.0"
+
+    #: Split-KV is used for decode-like batches (every sequence fits one query tile) whose longest
+    #: sequence has at least this many keys; None = the device default. Tests set it to force a path.
+    split_min_kv: int | None = None
+
+    def availability(self) -> Availability:
+        rt = _runtime.configure()
+        return Availability(ok=rt.ok, reason=rt.reason, device=rt.description)
+
+    def capabilities(self) -> dict[str, OpClaims]:
+        return {
+            "ragged_paged_attention": OpClaims(
+                dtypes=_ACT, kv_dtypes=_KV, page_sizes=None, head_dims=None, layouts=("separate",),
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
+                          "split_kv", "strided_metadata")),
+            "write_kv": OpClaims(
+                dtypes=_ACT + ("float64",), kv_dtypes=_KV, page_sizes=None, head_dims=None,
+                layouts=("separate",), features=("quantized_kv", "skip_negative_slots",
+                                                 "strided_metadata")),
+            "rotate_keys": OpClaims(
+                dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None, layouts=("half", "interleaved"),
+                features=("per_token_deltas", "per_block_deltas", "partial_rotary", "strided_metadata")),
+            "shift_keys": OpClaims(
+                dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None, layouts=("half", "interleaved"),
+                features=("per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas",
+                          "strided_metadata")),
+        }
+
+    # ---------------------------------------------------------------------------------------------
+    def _rt(self):
+        rt = _runtime.configure()
+        if not rt.ok:
+            raise RuntimeError(f"triton backend unavailable: {rt.reason}")
+        return rt
+
+    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
+                               sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
+                               k_scale=None, v_scale=None, return_scores=False):
+        from kvconform.reference import paged_attention as ref
+        call = ref._validate(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale,
+                             sliding_window, soft_cap, sinks, k_scale, v_scale, return_scores)
+        rt = self._rt()
+        _check_dtypes(q, k_pages)
+        from . import paged_attention as kern
+        import torch
+        dev = rt.device
+        q_len = np.diff(call.cu_q_lens[:call.num_seqs + 1])
+        max_q = int(q_len.max()) if call.num_seqs else 0
+        max_kv = int(call.kv_lens[:call.num_seqs].max()) if call.num_seqs else 0
+        splits = self._num_splits(max_q, max_kv, q.shape[1] // k_pages.shape[2], rt.interpret)
+        sinks_t = None if call.sinks is None else torch.tensor(call.sinks, dtype=torch.float32, device=dev)
+        out, scores = kern.ragged_paged_attention(
+            to_torch(q, dev), to_torch(k_pages, dev), to_torch(v_pages, dev),
+            metadata(kv_lens, dev), metadata(page_indices, dev), metadata(cu_q_lens, dev),
+            call.num_seqs, sm_scale=call.sm_scale, sliding_window=call.sliding_window,
+            soft_cap=call.soft_cap, sinks=sinks_t, k_scale=call.k_scale, v_scale=call.v_scale,
+            return_scores=return_scores, num_splits=splits, interpret=rt.interpret)
+        out = to_numpy(out)
+        if not return_scores:
+            return out
+        return ref.AttentionOutput(out, to_numpy(scores))
+
+    def _num_splits(self, max_q: int, max_kv: int, group: int, interpret: bool) -> int:
+        threshold = self.split_min_kv
+        if threshold is None:
+            threshold = 256 if interpret else 2048
+        block_q = max(1, 16 // _next_pow2(group))
+        if max_q > block_q or max_kv < threshold:
+            return 1
+        chunk = 128 if interpret else 512
+        return int(min(16, max(2, -(-max_kv // chunk))))
+
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
+        from kvconform.reference.kv_write import KVPages
+        k_scale, v_scale = _validate_write(k_pages, v_pages, k, v, slot_mapping, k_scale, v_scale)
+        rt = self._rt()
+        from . import kv_write as kern
+        dev = rt.device
+        kp, vp = to_torch(k_pages, dev, copy=True), to_torch(v_pages, dev, copy=True)
+        kt, vt = to_torch(_as_f32(k), dev), to_torch(_as_f32(v), dev)
+        kern.write_kv_(kp, vp, kt, vt, metadata(slot_mapping, dev), k_scale, v_scale)
+        return KVPages(to_numpy(kp), to_numpy(vp))
+
+
+    def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout="half",
+                    rotary_dim=None):
+        from kvconform.reference import rotation as ref
+        layout, _, rotary_dim, _, rows = ref._check_blocks(
+            k_pages, rotated_block_indices, rotation_deltas, "rotation_deltas", layout, rotary_dim)
+        lut = float_input("trig_lut", trig_lut, 2, "[rows, rotary_dim]")
+        require(lut.shape[0] >= 1, f"trig_lut must have at least one row, got shape {tuple(lut.shape)}")
+        require(lut.shape[1] == rotary_dim,
+                f"trig_lut must have width rotary_dim = {rotary_dim} ([cos | sin] halves), got {lut.shape[1]}")
+        check_index_range("rotation_deltas", rows, 0, lut.shape[0], f" (trig_lut has {lut.shape[0]} rows)")
+        return self._rotate(k_pages, rotated_block_indices, rotation_deltas, rotary_dim, layout,
+                            trig_lut=np.asarray(trig_lut))
+
+    def shift_keys(self, k_pages, rotated_block_indices, position_deltas, *, theta, layout="half",
+                   rotary_dim=None):
+        from kvconform.reference import rotation as ref
+        layout, _, rotary_dim, _, deltas = ref._check_blocks(
+            k_pages, rotated_block_indices, position_deltas, "position_deltas", layout, rotary_dim)
+        ref._int32_values("position_deltas", deltas)
+        inv_freq = ref.inverse_frequencies(rotary_dim, theta=theta)  # RO-3: the pinned float64 w_j
+        return self._rotate(k_pages, rotated_block_indices, position_deltas, rotary_dim, layout,
+                            inv_freq=inv_freq)
+
+    def _rotate(self, k_pages, indices, deltas, rotary_dim, layout, *, trig_lut=None, inv_freq=None):
+        name = dtypes.dtype_name(np.asarray(k_pages).dtype)
+        if name not in _ACT:
+            raise TypeError(f"k_pages dtype {name} is not supported by the triton backend rotation "
+                            f"(supported: {', '.join(_ACT)})")
+        rt = self._rt()
+        from . import rotation as kern
+        dev = rt.device
+        if trig_lut is not None and dtypes.dtype_name(trig_lut.dtype) not in ("float64", "float32", "float16"):
+            trig_lut = trig_lut.astype(np.float32)  # exact: bf16/fp8 values are float32 values
+        kp = to_torch(k_pages, dev, copy=True)
+        kern.rotate_(kp, metadata(indices, dev), metadata(deltas, dev), rotary_dim=rotary_dim, layout=layout,
+                     trig_lut=None if trig_lut is None else to_torch(trig_lut, dev),
+                     inv_freq=None if inv_freq is None else to_torch(inv_freq, dev))
+        return to_numpy(kp)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _check_dtypes(q, k_pages) -> None:
+    qn, kn = dtypes.dtype_name(np.asarray(q).dtype), dtypes.dtype_name(np.asarray(k_pages).dtype)
+    if qn not in _ACT:
+        raise TypeError(f"q dtype {qn} is not supported by the triton backend (supported: {', '.join(_ACT)})")
+    if kn not in _KV:
+        raise TypeError(f"k_pages dtype {kn} is not supported by the triton backend "
+                        f"(supported: {', '.join(_KV)})")
+
+
+def _as_f32(x: np.ndarray) -> np.ndarray:
+    """PA-43: new tokens are rounded to float32 first (exact for 16-bit inputs), as the reference does."""
+    x = np.asarray(x)
+    name = dtypes.dtype_name(x.dtype)
+    return x if name in ("float32", "float16", "bfloat16") else x.astype(np.float32)
+
+
+def _validate_write(k_pages, v_pages, k, v, slot_mapping, k_scale, v_scale):
+    """The preconditions of reference.write_kv (PA-40 .. PA-46), checked before any launch."""
+    from kvconform.reference import kv_write as ref
+    k_pages, v_pages = ref._pool("k_pages", k_pages), ref._pool("v_pages", v_pages)
+    require(v_pages.shape == k_pages.shape,
+            f"v_pages must have the shape of k_pages {tuple(k_pages.shape)}, got {tuple(v_pages.shape)}")
+    require(v_pages.dtype == k_pages.dtype,
+            f"v_pages must have the dtype of k_pages ({dtypes.dtype_name(k_pages.dtype)}), "
+            f"got {dtypes.dtype_name(v_pages.dtype)}")
+    P, page_size, Hkv, D = k_pages.shape
+    require(page_size >= 1, f"k_pages must have page_size >= 1, got shape {tuple(k_pages.shape)}")
+    slots = int_input("slot_mapping", slot_mapping, 1, "[N]")
+    N = slots.shape[0]
+    for name, x in (("k", k), ("v", v)):
+        arr = np.asarray(x)
+        float_input(name, arr.reshape(-1)[:0])  # dtype rule only: no float64 copy of the data
+        check_shape(name, arr, (N, Hkv, D), "[N, Hkv, D]")
+    written = slots[slots >= 0]
+    check_index_range("slot_mapping", written, 0, P * page_size,
+                      f" (slots are page * page_size + offset with P={P}, page_size={page_size})")
+    check_unique("slot_mapping", slots, ignore_negative=True)
+    kn = dtypes.dtype_name(k_pages.dtype)
+    if kn not in _KV:
+        raise TypeError(f"k_pages dtype {kn} is not supported by the triton backend")
+    if k_pages.dtype == np.int8:
+        for name, x in (("k", k), ("v", v)):
+            rows = np.flatnonzero(slots >= 0)
+            bad = np.argwhere(np.isnan(np.asarray(x)[rows].astype(np.float32)))
+            if bad.size:
+                raise ValueError(f"{name} must not hold NaN in a written token when the pages are int8 "
+                                 f"({name}[{rows[bad[0][0]]}] has NaN)")
+    return (ref._scale("k_scale", k_scale, "k_pages", k_pages),
+            ref._scale("v_scale", v_scale, "v_pages", v_pages))

@@ -1,0 +1,323 @@
+"""Ragged paged attention kernels (spec/paged_attention.md, PA-*): prefill and decode in one launch.
+
+Work decomposition. Query rows are cut into tiles of BLOCK_Q tokens per sequence; one program handles
+one tile and one KV head, with all GROUP query heads of that KV head packed into the tile's rows
+(row r = token r // GROUP_PAD, head kv_head * GROUP + r % GROUP_PAD), so each K/V element is loaded once
+per tile. Tile ids are laid out like vLLM's unified kernel: sequence i owns ids starting at
+cu_q_lens[i] // BLOCK_Q + i, which needs no host-side metadata and covers every tile; a program finds
+its sequence by binary search over cu_q_lens.
+
+The program walks the KV tokens its rows can see in blocks of BLOCK_N tokens (a token's page is looked
+up through the page table, so any page size works), with an online softmax in float32. Blocks before
+the first row's sliding window and after the last row's causal limit are never visited (PA-15), and
+loads are masked to the visited range, so NaN/Inf in unused slots or pages never enters the arithmetic
+(PA-24). Masked logits are selected to -inf, never multiplied by 0.
+
+Split-KV: for long decode sequences a third grid axis cuts the KV range into NUM_SPLITS segments; each
+writes a partial (normalised output, max, sum) and `_combine_kernel` merges them, adding the sink once.
+Scores (PA-21): a second pass over the same ranges with the final log-sum-exp of every row adds the
+probabilities, summed over rows and heads, into scores[seq, token] with atomic adds.
+"""
+from ._runtime import configure
+
+configure()
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _find_sequence(cu_q_ptr, stride_cu, num_seqs, pid, BLOCK_Q: tl.constexpr):
+    """Largest i < num_seqs with cu_q_lens[i] // BLOCK_Q + i <= pid (binary search)."""
+    lo = 0
+    hi = num_seqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        start = tl.load(cu_q_ptr + mid * stride_cu) // BLOCK_Q + mid
+        if start <= pid:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@triton.jit
+def _soft_cap(s, cap):
+    """cap * tanh(s / cap) without overflow: tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|) <= 1."""
+    x = s / cap
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return cap * tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _tile_setup(cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window,
+                BLOCK_Q: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Sequence, row range and visible KV range [lo, hi) of this program's query tile."""
+    pid = tl.program_id(0)
+    seq = _find_sequence(cu_q_ptr, stride_cu, num_seqs, pid, BLOCK_Q)
+    q_begin = tl.load(cu_q_ptr + seq * stride_cu)
+    q_stop = tl.load(cu_q_ptr + (seq + 1) * stride_cu)
+    tile = pid - (q_begin // BLOCK_Q + seq)
+    q_start = q_begin + tile * BLOCK_Q
+    q_end = tl.minimum(q_stop, q_start + BLOCK_Q)
+    kv_len = tl.load(kv_lens_ptr + seq * stride_kl)
+    first_pos = kv_len - (q_stop - q_begin) + (q_start - q_begin)  # PA-6
+    hi = tl.minimum(kv_len, first_pos + (q_end - q_start))          # last row sees keys <= its pos
+    lo = 0
+    if HAS_WINDOW:
+        lo = tl.maximum(first_pos - window + 1, 0)
+    return seq, q_start, q_end, first_pos, lo, hi
+
+
+@triton.jit
+def _logits(q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale,
+            k_ptr, page_ptr, stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh_off, page_size,
+            d_offs, D: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr,
+            DOT_DTYPE: tl.constexpr):
+    """Masked, scaled (and capped) logits of one KV block: float32[BLOCK_M, BLOCK_N], -inf where hidden."""
+    in_range = (n_offs >= lo) & (n_offs < hi)
+    page = tl.load(page_ptr + seq * stride_ps + (n_offs // page_size) * stride_pp, mask=in_range, other=0)
+    page = page.to(tl.int64)  # element offsets may pass 2**31 in large pools
+    slot = (n_offs % page_size).to(tl.int64)
+    k_off = page * stride_kp + slot * stride_ks + kvh_off
+    k_t = tl.load(k_ptr + k_off[None, :] + d_offs[:, None] * stride_kd,
+                  mask=in_range[None, :] & (d_offs[:, None] < D), other=0.0)
+    s = tl.dot(q, k_t.to(DOT_DTYPE), input_precision="ieee") * qk_scale
+    if HAS_CAP:
+        s = _soft_cap(s, cap)
+    visible = row_ok[:, None] & in_range[None, :] & (n_offs[None, :] <= pos[:, None])  # PA-7
+    if HAS_WINDOW:
+        visible = visible & (n_offs[None, :] > pos[:, None] - window)  # PA-15
+    return tl.where(visible, s, float("-inf")), page, slot, in_range
+
+
+@triton.jit
+def _attention_kernel(
+        q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, part_ptr, part_ml_ptr,
+        kv_lens_ptr, page_ptr, cu_q_ptr, sinks_ptr,
+        num_seqs, page_size, window, cap, qk_scale, v_scale,
+        stride_qt, stride_qh, stride_qd, stride_kp, stride_ks, stride_kh, stride_kd,
+        stride_vp, stride_vs, stride_vh, stride_vd, stride_ot, stride_oh, stride_od,
+        stride_kl, stride_ps, stride_pp, stride_cu, stride_lt,
+        stride_pst, stride_ptt, stride_pth, stride_mls, stride_mlt,
+        D: tl.constexpr, D_PAD: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+        BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+        HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr, HAS_SINKS: tl.constexpr,
+        WRITE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    seq, q_start, q_end, first_pos, lo, hi = _tile_setup(
+        cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window, BLOCK_Q, HAS_WINDOW)
+    if q_start < q_end:
+        BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
+        r = tl.arange(0, BLOCK_M)
+        tok = r // GROUP_PAD
+        g = r % GROUP_PAD
+        row_ok = (q_start + tok < q_end) & (g < GROUP)
+        head = kvh * GROUP + g
+        pos = first_pos + tok
+        d_offs = tl.arange(0, D_PAD)
+        q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+        q = tl.load(q_ptr + q_rows[:, None] + d_offs[None, :] * stride_qd,
+                    mask=row_ok[:, None] & (d_offs[None, :] < D), other=0.0).to(DOT_DTYPE)
+
+        # This split's share of the visited blocks (all of them when NUM_SPLITS == 1).
+        start = (lo // BLOCK_N) * BLOCK_N
+        n_blocks = tl.cdiv(hi - start, BLOCK_N)
+        per_split = tl.cdiv(n_blocks, NUM_SPLITS)
+        b0 = start + split * per_split * BLOCK_N
+        b1 = tl.minimum(hi, b0 + per_split * BLOCK_N)
+
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+        for n0 in range(b0, b1, BLOCK_N):
+            n_offs = n0 + tl.arange(0, BLOCK_N)
+            s, page, slot, in_range = _logits(
+                q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale, k_ptr, page_ptr,
+                stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh * stride_kh, page_size,
+                d_offs, D, HAS_WINDOW, HAS_CAP, DOT_DTYPE)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
+            alpha = tl.exp(m_i - m_safe)
+            p = tl.exp(s - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v_off = page * stride_vp + slot * stride_vs + kvh * stride_vh
+            v = tl.load(v_ptr + v_off[:, None] + d_offs[None, :] * stride_vd,
+                        mask=in_range[:, None] & (d_offs[None, :] < D), other=0.0).to(tl.float32)
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+            m_i = m_new
+
+        acc = acc * v_scale
+        if NUM_SPLITS == 1:
+            if HAS_SINKS:  # PA-17: exp(sink) joins the denominator only
+                sink = tl.load(sinks_ptr + head, mask=row_ok, other=float("-inf")).to(tl.float32)
+                m_fin = tl.maximum(m_i, sink)
+                m_fin = tl.where(m_fin == float("-inf"), 0.0, m_fin)
+                corr = tl.exp(m_i - m_fin)
+                l_i = l_i * corr + tl.exp(sink - m_fin)
+                acc = acc * corr[:, None]
+                m_i = m_fin
+            out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+            o_rows = (q_start + tok).to(tl.int64) * stride_ot + head * stride_oh
+            tl.store(out_ptr + o_rows[:, None] + d_offs[None, :] * stride_od, out,
+                     mask=row_ok[:, None] & (d_offs[None, :] < D))
+            if WRITE_LSE:
+                lse = m_i + tl.log(tl.where(l_i > 0, l_i, 1.0))  # padding rows: no keys
+                tl.store(lse_ptr + (q_start + tok) * stride_lt + head, lse, mask=row_ok)
+        else:
+            out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+            p_rows = split * stride_pst + (q_start + tok).to(tl.int64) * stride_ptt + head * stride_pth
+            tl.store(part_ptr + p_rows[:, None] + d_offs[None, :], out,
+                     mask=row_ok[:, None] & (d_offs[None, :] < D))
+            ml = split * stride_mls + (q_start + tok) * stride_mlt + head * 2
+            tl.store(part_ml_ptr + ml, m_i, mask=row_ok)
+            tl.store(part_ml_ptr + ml + 1, l_i, mask=row_ok)
+
+
+@triton.jit
+def _combine_kernel(part_ptr, part_ml_ptr, out_ptr, lse_ptr, sinks_ptr, Hq,
+                    stride_pst, stride_ptt, stride_pth, stride_mls, stride_mlt,
+                    stride_ot, stride_oh, stride_od, stride_lt,
+                    D: tl.constexpr, D_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                    SPLITS_PAD: tl.constexpr, HAS_SINKS: tl.constexpr, WRITE_LSE: tl.constexpr):
+    """Merge the split partials of one (row, head): weights exp(m_s - M) * l_s, sink added once."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.arange(0, SPLITS_PAD)
+    d = tl.arange(0, D_PAD)
+    ok = s < NUM_SPLITS
+    ml = s * stride_mls + t * stride_mlt + h * 2
+    m = tl.load(part_ml_ptr + ml, mask=ok, other=float("-inf"))
+    l = tl.load(part_ml_ptr + ml + 1, mask=ok, other=0.0)
+    m_all = tl.max(m, 0)
+    if HAS_SINKS:
+        sink = tl.load(sinks_ptr + h).to(tl.float32)
+        m_all = tl.maximum(m_all, sink)
+    m_all = tl.where(m_all == float("-inf"), 0.0, m_all)
+    w = tl.exp(m - m_all) * l
+    denom = tl.sum(w, 0)
+    if HAS_SINKS:
+        denom = denom + tl.exp(sink - m_all)
+    o = tl.load(part_ptr + s[:, None] * stride_pst + t.to(tl.int64) * stride_ptt + h * stride_pth + d[None, :],
+                mask=ok[:, None] & (d[None, :] < D), other=0.0)
+    out = tl.sum(o * w[:, None], 0) / tl.where(denom > 0, denom, 1.0)
+    tl.store(out_ptr + t.to(tl.int64) * stride_ot + h * stride_oh + d * stride_od, out, mask=d < D)
+    if WRITE_LSE:
+        tl.store(lse_ptr + t * stride_lt + h, m_all + tl.log(tl.where(denom > 0, denom, 1.0)))
+
+
+@triton.jit
+def _scores_kernel(
+        q_ptr, k_ptr, lse_ptr, scores_ptr, kv_lens_ptr, page_ptr, cu_q_ptr,
+        num_seqs, page_size, window, cap, qk_scale,
+        stride_qt, stride_qh, stride_qd, stride_kp, stride_ks, stride_kh, stride_kd,
+        stride_kl, stride_ps, stride_pp, stride_cu, stride_lt, stride_ss,
+        D: tl.constexpr, D_PAD: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+        BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+        HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """PA-21: scores[seq, j] += sum over this tile's rows and heads of exp(s - lse)."""
+    kvh = tl.program_id(1)
+    seq, q_start, q_end, first_pos, lo, hi = _tile_setup(
+        cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window, BLOCK_Q, HAS_WINDOW)
+    if q_start < q_end:
+        BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
+        r = tl.arange(0, BLOCK_M)
+        tok = r // GROUP_PAD
+        g = r % GROUP_PAD
+        row_ok = (q_start + tok < q_end) & (g < GROUP)
+        head = kvh * GROUP + g
+        pos = first_pos + tok
+        d_offs = tl.arange(0, D_PAD)
+        q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+        q = tl.load(q_ptr + q_rows[:, None] + d_offs[None, :] * stride_qd,
+                    mask=row_ok[:, None] & (d_offs[None, :] < D), other=0.0).to(DOT_DTYPE)
+        lse = tl.load(lse_ptr + (q_start + tok) * stride_lt + head, mask=row_ok, other=0.0)
+        for n0 in range((lo // BLOCK_N) * BLOCK_N, hi, BLOCK_N):
+            n_offs = n0 + tl.arange(0, BLOCK_N)
+            s, page, slot, in_range = _logits(
+                q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale, k_ptr, page_ptr,
+                stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh * stride_kh, page_size,
+                d_offs, D, HAS_WINDOW, HAS_CAP, DOT_DTYPE)
+            p = tl.exp(s - lse[:, None])
+            tl.atomic_add(scores_ptr + seq * stride_ss + n_offs, tl.sum(p, 0), mask=in_range)
+
+
+def attention_dot_dtype(q_dtype, kv_dtype, interpret: bool):
+    """Operand dtype of Q.K^T. Casting K to a 16-bit q dtype is exact for 16-bit, fp8 and int8 caches
+    (their values are all representable), so on GPUs the tensor-core path loses nothing; the
+    interpreter always computes in float32 (same exact products)."""
+    import torch
+    if interpret or q_dtype not in (torch.float16, torch.bfloat16):
+        return tl.float32
+    if kv_dtype in (q_dtype, torch.float8_e4m3fn, torch.float8_e5m2, torch.int8):
+        return tl.bfloat16 if q_dtype == torch.bfloat16 else tl.float16
+    return tl.float32
+
+
+def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
+                           sm_scale, sliding_window=None, soft_cap=None, sinks=None,
+                           k_scale=None, v_scale=None, return_scores=False,
+                           num_splits=1, block_q=None, block_n=32, interpret=False):
+    """Launch the kernels on torch tensors (one device). Returns out float32[T, Hq, D] and, with
+    return_scores, scores float32[S, pages_per_seq * page_size].
+
+    q [T, Hq, D]; k_pages/v_pages [P, page_size, Hkv, D]; metadata int32/int64 tensors of any stride;
+    num_seqs a Python int; sinks float32[Hq] or None; scales Python floats (float32 values) or None.
+    """
+    import torch
+    T, Hq, D = q.shape
+    page_size, Hkv = k_pages.shape[1], k_pages.shape[2]
+    group = Hq // Hkv
+    group_pad = triton.next_power_of_2(group)
+    d_pad = max(16, triton.next_power_of_2(D))
+    if block_q is None:
+        block_q = max(1, 16 // group_pad)
+    block_q = max(block_q, triton.cdiv(16, group_pad))  # tl.dot needs >= 16 rows
+    out = torch.zeros((T, Hq, D), dtype=torch.float32, device=q.device)
+    S = kv_lens.shape[0]
+    scores = (torch.zeros((S, page_indices.shape[1] * page_size), dtype=torch.float32, device=q.device)
+              if return_scores else None)
+    if num_seqs == 0 or T == 0:
+        return out, scores
+    lse = torch.empty((T, Hq), dtype=torch.float32, device=q.device) if return_scores else out
+    qk_scale = float(sm_scale) * (1.0 if k_scale is None else float(k_scale))
+    window = 0 if sliding_window is None else int(sliding_window)
+    cap = 1.0 if soft_cap is None else float(soft_cap)
+    sinks_t = sinks if sinks is not None else out
+    flags = dict(HAS_WINDOW=sliding_window is not None, HAS_CAP=soft_cap is not None)
+    dot_dtype = attention_dot_dtype(q.dtype, k_pages.dtype, interpret)
+    grid = (T // block_q + num_seqs, Hkv, num_splits)
+    if num_splits > 1:
+        part = torch.empty((num_splits, T, Hq, D), dtype=torch.float32, device=q.device)
+        part_ml = torch.empty((num_splits, T, Hq, 2), dtype=torch.float32, device=q.device)
+    else:
+        part, part_ml = out, lse
+    common = (num_seqs, page_size, window, cap, qk_scale)
+    _attention_kernel[grid](
+        q, k_pages, v_pages, out, lse, part, part_ml, kv_lens, page_indices, cu_q_lens, sinks_t,
+        *common, 1.0 if v_scale is None else float(v_scale),
+        *q.stride(), *k_pages.stride(), *v_pages.stride(), *out.stride(),
+        kv_lens.stride(0), *page_indices.stride(), cu_q_lens.stride(0), lse.stride(0),
+        part.stride(0), part.stride(1), part.stride(2), part_ml.stride(0), part_ml.stride(1),
+        D=D, D_PAD=d_pad, GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=block_n,
+        NUM_SPLITS=num_splits, HAS_SINKS=sinks is not None, WRITE_LSE=return_scores,
+        DOT_DTYPE=dot_dtype, **flags)
+    if num_splits > 1:
+        # Padding rows merge uninitialised partials: their output is unspecified (PA-25), and merging
+        # all T rows avoids reading cu_q_lens on the host.
+        _combine_kernel[(T, Hq)](
+            part, part_ml, out, lse, sinks_t, Hq,
+            part.stride(0), part.stride(1), part.stride(2), part_ml.stride(0), part_ml.stride(1),
+            *out.stride(), lse.stride(0),
+            D=D, D_PAD=d_pad, NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
+            HAS_SINKS=sinks is not None, WRITE_LSE=return_scores)
+    if return_scores:
+        _scores_kernel[grid[:2]](
+            q, k_pages, lse, scores, kv_lens, page_indices, cu_q_lens, *common,
+            *q.stride(), *k_pages.stride(), kv_lens.stride(0), *page_indices.stride(),
+            cu_q_lens.stride(0), lse.stride(0), scores.stride(0),
+            D=D, D_PAD=d_pad, GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=block_n,
+            DOT_DTYPE=dot_dtype, **flags)
+    return out, scores

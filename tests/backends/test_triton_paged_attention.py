@@ -1,0 +1,162 @@
+"""Triton ragged paged attention and KV write against the NumPy reference (PA-* clauses).
+
+Runs under the Triton interpreter on CPU (the backend selects it); skipped without torch/triton.
+Tolerances here are test-local: the kernel accumulates in float32 over at most a few dozen keys, so
+1e-4 relative to the largest |value| is ~100x the float32 rounding bound while still catching any
+masking, scaling or indexing error (which shift the output by O(1)).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from kvconform.backends.triton import make_backend  # first: decides TRITON_INTERPRET before triton loads
+
+if importlib.util.find_spec("torch") is None or importlib.util.find_spec("triton") is None:
+    pytest.skip("torch/triton not installed", allow_module_level=True)
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from kvconform import reference as ref  # noqa: E402
+from kvconform.reference import dtypes  # noqa: E402
+
+SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+KV_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = make_backend()
+    assert b.availability().ok
+    return b
+
+
+def _strided(arr: np.ndarray, rng) -> np.ndarray:
+    """`arr` as a view at an offset inside a larger buffer, with a stride of 2 (issue 6: metadata
+    views must be honoured), the gaps filled with garbage that would break any kernel reading them."""
+    buf = np.full(3 + 2 * arr.size, 2**30 + 7, dtype=arr.dtype)
+    view = buf[3::2][: arr.size].reshape(arr.shape)
+    view[...] = arr
+    return view
+
+
+def _case(draw_or_rng, *, seed):
+    rng = np.random.default_rng(seed)
+    hkv = int(rng.choice([1, 2]))
+    group = int(rng.choice([1, 2, 3, 4]))
+    hq = hkv * group
+    d = int(rng.choice([8, 16, 24]))
+    ps = int(rng.choice([1, 3, 4, 8]))
+    n = int(rng.integers(1, 4))
+    kv_lens = rng.integers(1, 40, size=n)
+    q_lens = np.array([int(rng.integers(1, kv + 1)) if rng.random() < 0.5 else 1 for kv in kv_lens])
+    pps = int(max(-(-kv_lens // ps))) + int(rng.integers(0, 2))
+    P = n * pps + 2
+    perm = rng.permutation(P)[: n * pps].reshape(n, pps)
+    cu = np.concatenate([[0], np.cumsum(q_lens)])
+    T = int(cu[-1]) + int(rng.integers(0, 3))
+    extra = int(rng.integers(0, 2))  # an unused sequence slot past num_seqs
+    kv_lens = np.concatenate([kv_lens, rng.integers(1, 5, size=extra)])
+    cu = np.concatenate([cu, cu[-1] + np.arange(1, extra + 1)])
+    perm = np.concatenate([perm, np.full((extra, pps), 10**6)]).astype(np.int32)
+    return rng, dict(hq=hq, hkv=hkv, d=d, ps=ps, n=n, P=P, T=T, kv_lens=kv_lens.astype(np.int32),
+                     cu=cu.astype(np.int32), pages=perm)
+
+
+def _pools(rng, c, kv_dtype):
+    shape = (c["P"], c["ps"], c["hkv"], c["d"])
+    k = rng.standard_normal(shape)
+    v = rng.standard_normal(shape)
+    scale = None
+    if dtypes.is_quantized_dtype(kv_dtype):
+        scale = float(np.float32(rng.choice([0.05, 0.5, 1.5])))
+        k, v = (dtypes.quantize(x / 0.05, scale, kv_dtype) for x in (k, v))
+    else:
+        k, v = k.astype(kv_dtype), v.astype(kv_dtype)
+    # PA-24 poison: every slot past kv_len and every page not in use holds NaN (float pools only).
+    if not np.issubdtype(np.dtype(kv_dtype), np.integer):
+        used = np.zeros(shape[:2], bool)
+        for i in range(c["n"]):
+            for j in range(int(c["kv_lens"][i])):
+                used[c["pages"][i, j // c["ps"]], j % c["ps"]] = True
+        k[~used] = np.nan
+        v[~used] = np.nan
+    return k, v, scale
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1), kv_dtype=st.sampled_from(KV_DTYPES),
+       q_dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
+       window=st.one_of(st.none(), st.integers(1, 12)), cap=st.one_of(st.none(), st.sampled_from([0.5, 5.0])),
+       use_sinks=st.booleans(), scores=st.booleans(), split=st.booleans())
+def test_matches_reference(backend, seed, kv_dtype, q_dtype, window, cap, use_sinks, scores, split):
+    """PA-6/7 causal, PA-12 GQA, PA-15 window, PA-16 cap, PA-17 sinks, PA-18/19 quantized KV,
+    PA-21 scores, PA-24 NaN poison, strided metadata views; split-KV and single-pass paths."""
+    rng, c = _case(None, seed=seed)
+    k, v, scale = _pools(rng, c, dtypes.resolve_dtype(kv_dtype))
+    q = rng.standard_normal((c["T"], c["hq"], c["d"])).astype(dtypes.resolve_dtype(q_dtype))
+    q[c["cu"][c["n"]]:] = np.nan  # padding rows (PA-25) must not influence valid rows
+    sinks = rng.standard_normal(c["hq"]) if use_sinks else None
+    if sinks is not None:
+        sinks[0] = -np.inf
+    kw = dict(sliding_window=window, soft_cap=cap, sinks=sinks, k_scale=scale, v_scale=scale,
+              return_scores=scores)
+    expected = ref.ragged_paged_attention(q, k, v, c["kv_lens"], c["pages"], c["cu"], c["n"], **kw)
+    backend.split_min_kv = 0 if split else 10**9
+    try:
+        got = backend.ragged_paged_attention(q, k, v, _strided(c["kv_lens"], rng), _strided(c["pages"], rng),
+                                             _strided(c["cu"], rng), c["n"], **kw)
+    finally:
+        backend.split_min_kv = None
+    rows = int(c["cu"][c["n"]])
+    exp_out, got_out = (expected.out, got.out) if scores else (expected, got)
+    vmax = np.nanmax(np.abs(dtypes.upcast(v, scale)))
+    np.testing.assert_allclose(got_out[:rows], exp_out[:rows], rtol=1e-4, atol=1e-4 * vmax)
+    if scores:
+        np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-4, atol=1e-5)
+
+
+def test_huge_logits_soft_cap_stays_finite(backend):
+    """PA-16 (vllm#56578): logits of 1e4 under cap 50 give tanh saturation, never NaN/Inf."""
+    q = np.full((1, 1, 16), 100.0, np.float32)
+    k = np.full((1, 4, 1, 16), 100.0, np.float32)
+    v = np.arange(4, dtype=np.float32).reshape(1, 4, 1, 1).repeat(16, axis=3)
+    out = backend.ragged_paged_attention(q, k, v, np.array([4], np.int32), np.array([[0]], np.int32),
+                                         np.array([0, 1], np.int32), 1, soft_cap=50.0)
+    # All logits equal cap*tanh(4e4) = 50 up to float32, so the output is the mean of 0, 1, 2, 3.
+    np.testing.assert_allclose(out, np.full((1, 1, 16), 1.5), rtol=1e-6)
+
+
+def test_split_kv_long_decode_with_sinks(backend):
+    """Split-KV path on a 300-key decode row with a sink: the sink is counted once (mistral.rs#1872)."""
+    rng = np.random.default_rng(1)
+    ps, kv = 16, 300
+    k = rng.standard_normal((20, ps, 2, 32)).astype(np.float32)
+    v = rng.standard_normal((20, ps, 2, 32)).astype(np.float32)
+    q = rng.standard_normal((2, 4, 32)).astype(np.float32)
+    pages = rng.permutation(20)[:19].reshape(1, 19).astype(np.int32)
+    pages = np.concatenate([pages, pages[:, ::-1]])
+    args = (q, k, v, np.array([kv, 200], np.int32), pages, np.array([0, 1, 2], np.int32), 2)
+    sinks = np.array([0.5, 3.0, -1.0, 8.0])
+    expected = ref.ragged_paged_attention(*args, sinks=sinks, return_scores=True)
+    backend.split_min_kv = 0
+    try:
+        got = backend.ragged_paged_attention(*args, sinks=sinks, return_scores=True)
+        assert backend._num_splits(1, kv, 2, True) > 1
+    finally:
+        backend.split_min_kv = None
+    np.testing.assert_allclose(got.out, expected.out, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-4, atol=1e-6)
+
+
+def test_rejects_what_the_reference_rejects(backend):
+    """PA-26..30: the adapter raises the reference's error before launching anything."""
+    q = np.zeros((2, 3, 8), np.float32)
+    k = np.zeros((2, 4, 2, 8), np.float32)
+    with pytest.raises(ValueError, match="Hq % Hkv"):
+        backend.ragged_paged_attention(q, k, k, np.array([2], np.int32), np.array([[0]], np.int32),
+                                       np.array([0, 2], np.int32), 1)
