@@ -82,8 +82,8 @@ def int_scalar(name: str, x, *, minimum: int | None = None, maximum: int | None 
 
 def positive_float(name: str, x) -> float:
     """A finite float > 0 (Python or NumPy scalar, or a 0-d array)."""
-    if isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a number, got bool")
+    if isinstance(x, (bool, np.bool_, str, bytes)):  # float("0.5") would silently accept text
+        raise TypeError(f"{name} must be a number, got {type(x).__name__}")
     try:
         value = float(x)
     except (TypeError, ValueError):
