@@ -19,6 +19,8 @@ from .convert import metadata, to_numpy, to_torch
 
 _ACT = ("float32", "float16", "bfloat16")
 _KV = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8")
+_REC_ACT = ("float32", "float16", "bfloat16", "float64")   # recurrent activations (RS-6)
+_REC_POOL = ("float32",)   # recurrent pools: float64 pools run, but float32 math misses NU-R2 at n = 1
 
 
 class TritonBackend(Backend):
@@ -50,6 +52,24 @@ class TritonBackend(Backend):
                 dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None, layouts=("half", "interleaved"),
                 features=("per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas",
                           "strided_metadata")),
+            # Eviction (EV-*): float64 accumulation and exact selection on device; any float step_scores /
+            # acc dtype is upcast exactly to float64 before the kernels (so NU-EV2's bit-exact class applies).
+            "accumulate_scores": OpClaims(dtypes=dtypes.FLOAT_DTYPE_NAMES, features=("strided_metadata",)),
+            "plan_eviction": OpClaims(dtypes=dtypes.FLOAT_DTYPE_NAMES, page_sizes=None,
+                                      features=("strided_metadata",)),
+            # Recurrent (RS-*): float32 math in the kernels; pools float32/float64 (RS-6), rows read and
+            # written in place on a copy; conv windows copied in the pool dtype (exact, NU-R1).
+            "causal_conv1d_update": OpClaims(
+                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
+                features=("state_indices", "padding_slots", "multi_token", "bias", "silu", "strided_metadata")),
+            "selective_state_update": OpClaims(
+                dtypes=_REC_ACT, kv_dtypes=_REC_POOL, layouts=("mamba1", "mamba2"),
+                features=("state_indices", "padding_slots", "mamba2", "dt_bias", "dt_softplus", "skip_d",
+                          "z_gate", "grouped_bc", "strided_metadata")),
+            "ssd_chunked_scan": OpClaims(
+                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
+                features=("state_indices", "padding_slots", "initial_states", "snapshots", "dt_bias",
+                          "dt_softplus", "skip_d", "z_gate", "grouped_bc", "strided_metadata")),
         }
 
     # ---------------------------------------------------------------------------------------------
@@ -146,6 +166,97 @@ class TritonBackend(Backend):
                      trig_lut=None if trig_lut is None else to_torch(trig_lut, dev),
                      inv_freq=None if inv_freq is None else to_torch(inv_freq, dev))
         return to_numpy(kp)
+
+    # --- eviction (spec/eviction.md) -------------------------------------------------------------
+    def accumulate_scores(self, acc, counts, step_scores):
+        """EV-4/EV-5 on device: acc float[L], counts int[L], step_scores float[L_new] -> ScoreState."""
+        from kvconform.reference import eviction as ref
+        acc64, counts64, step64 = _validate_accumulate(acc, counts, step_scores)
+        rt = self._rt()
+        from . import eviction as kern
+        dev = rt.device
+        new_acc, new_counts = kern.accumulate_scores(_f64(acc, acc64, dev), metadata(counts, dev),
+                                                     _f64(step_scores, step64, dev))
+        return ref.ScoreState(to_numpy(new_acc), to_numpy(new_counts))
+
+    def plan_eviction(self, block_table, acc, counts, config):
+        """EV-8 .. EV-16 on device: block_table int[cdiv(L, B)], acc float[L], counts int[L] -> EvictionPlan."""
+        from kvconform.reference import eviction as ref
+        config, acc64 = _validate_plan(block_table, acc, counts, config)
+        rt = self._rt()
+        from . import eviction as kern
+        dev = rt.device
+        B = config.block_size
+        full = acc64.shape[0] // B
+        n_evict = max(0, full - config.max_cache_size // B)                                   # EV-9
+        out = kern.plan_eviction(metadata(block_table, dev), _f64(acc, acc64, dev), metadata(counts, dev),
+                                 block_size=B, first=config.start_size // B,                 # EV-8
+                                 last=full - config.recent_size // B, n_evict=n_evict,
+                                 norm=config.aggregation == "norm_sum")
+        return ref.EvictionPlan(*(to_numpy(t) for t in out))
+
+    # --- recurrent states (spec/recurrent.md); validation and launches in recurrent/adapter.py ---
+    def causal_conv1d_update(self, x, conv_state, weight, bias=None, *, activation=None, state_indices=None):
+        """RS-10 .. RS-12: x [B, C] | [B, T, C], conv_state [num_slots, C, W-1] -> ConvUpdate (out float32)."""
+        from .recurrent import adapter
+        return adapter.causal_conv1d_update(self._rt().device, x, conv_state, weight, bias,
+                                            activation=activation, state_indices=state_indices)
+
+    def selective_state_update(self, state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None, dt_softplus=False,
+                               state_indices=None):
+        """RS-14 .. RS-16 (Mamba1 rank-3 / Mamba2 rank-4 state) -> SelectiveStateUpdate (out float32)."""
+        from .recurrent import adapter
+        return adapter.selective_state_update(self._rt().device, state, x, dt, A, B, C, D=D, z=z,
+                                              dt_bias=dt_bias, dt_softplus=dt_softplus,
+                                              state_indices=state_indices)
+
+    def ssd_chunked_scan(self, state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_indices=None,
+                         has_initial_state=None, D=None, z=None, dt_bias=None, dt_softplus=False,
+                         num_snapshots=0):
+        """RS-17 .. RS-19: packed varlen Mamba2 prefill -> SSDScan (out float32, pool, snapshots)."""
+        from .recurrent import adapter
+        return adapter.ssd_chunked_scan(self._rt().device, state, x, dt, A, B, C, cu_seqlens,
+                                        chunk_size=chunk_size, state_indices=state_indices,
+                                        has_initial_state=has_initial_state, D=D, z=z, dt_bias=dt_bias,
+                                        dt_softplus=dt_softplus, num_snapshots=num_snapshots)
+
+
+def _f64(original, upcast: np.ndarray, dev):
+    """A float64 tensor of the values: the caller's array itself (offset/strides kept) when it already is
+    float64, else the exact float64 upcast made by validation."""
+    original = np.asarray(original)
+    return to_torch(original if original.dtype == np.float64 else upcast, dev)
+
+
+def _validate_accumulate(acc, counts, step_scores):
+    """The preconditions of reference.accumulate_scores (EV-17), in its order and with its messages.
+    Uses the reference's private `_state` (acc/counts checks) so the two cannot drift apart."""
+    from kvconform.reference import eviction as ref
+    acc64, counts64 = ref._state(acc, counts)
+    step = float_input("step_scores", step_scores, 1, "[L_new]")
+    require(step.shape[0] >= acc64.shape[0],
+            f"step_scores must cover every tracked token: length {step.shape[0]} < L_old = {acc64.shape[0]}")
+    require(bool(np.isfinite(step).all()), "step_scores must be finite")
+    new = step.shape[0] - acc64.shape[0]
+    require(counts64.size == 0 or int(counts64.max()) + new <= 2 ** 31 - 1, "counts would overflow int32")
+    return acc64, counts64, step
+
+
+def _validate_plan(block_table, acc, counts, config):
+    """The preconditions of reference.plan_eviction (EV-1, EV-17), in its order and with its messages
+    (private `_config` / `_state` of the reference, then its block_table checks)."""
+    from kvconform.reference import eviction as ref
+    config = ref._config(config)
+    acc64, _ = ref._state(acc, counts)
+    block = config.block_size
+    table = int_input("block_table", block_table, 1, "[num_blocks]")
+    num_blocks = -(-acc64.shape[0] // block)
+    require(table.shape[0] == num_blocks,
+            f"block_table must have cdiv(L, block_size) = cdiv({acc64.shape[0]}, {block}) = {num_blocks} "
+            f"entries, got {table.shape[0]}")
+    check_index_range("block_table", table, 0, 2 ** 31, " (physical page ids)")
+    check_unique("block_table", table)
+    return config, acc64
 
 
 def _next_pow2(n: int) -> int:
