@@ -70,6 +70,9 @@ class TritonBackend(Backend):
                 dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
                 features=("state_indices", "padding_slots", "initial_states", "snapshots", "dt_bias",
                           "dt_softplus", "skip_d", "z_gate", "grouped_bc", "strided_metadata")),
+            "rwkv6_wkv": OpClaims(
+                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
+                features=("state_indices", "padding_slots", "initial_states", "strided_metadata")),
         }
 
     # ---------------------------------------------------------------------------------------------
@@ -219,6 +222,12 @@ class TritonBackend(Backend):
                                         chunk_size=chunk_size, state_indices=state_indices,
                                         has_initial_state=has_initial_state, D=D, z=z, dt_bias=dt_bias,
                                         dt_softplus=dt_softplus, num_snapshots=num_snapshots)
+
+    def rwkv6_wkv(self, r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None):
+        """RS-20: packed varlen RWKV6 wkv, state [num_slots, H, K, V] -> WKV6 (out float32 [T, H, V], pool)."""
+        from .recurrent import adapter
+        return adapter.rwkv6_wkv(self._rt().device, r, k, v, w, u, state, cu_seqlens,
+                                 state_indices=state_indices, has_initial_state=has_initial_state)
 
 
 def _f64(original, upcast: np.ndarray, dev):

@@ -175,3 +175,30 @@ def ssd_chunked_scan(dev, state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, s
                            _idx(state_indices, dev), flags, _t(D, dev), _t(z, dev), _t(dt_bias, dev), out,
                            snaps, chunk_size=chunk, dt_softplus=softplus)
     return SSDScan(to_numpy(out), to_numpy(st), to_numpy(snaps))
+
+
+def rwkv6_wkv(dev, r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None):
+    """RS-20 (packing, indices and fresh state as RS-17, RS-5); see reference.rwkv6_wkv. Returns
+    WKV6(out float32 [T, H, V], new pool [num_slots, H, K, V] in the pool dtype)."""
+    import torch
+    from kvconform.reference.recurrent.rwkv6 import WKV6
+    from . import rwkv6 as kern
+    pool = pool_input("state", state, 4, "[num_slots, H, K, V]")
+    num_slots, heads, dk, dv = pool.shape
+    ra = float_input("r", r, 3, "[T, H, K]")
+    tokens = ra.shape[0]
+    check_shape("r", ra, (tokens, heads, dk), "[T, H, K]")
+    check_shape("k", float_input("k", k, 3, "[T, H, K]"), (tokens, heads, dk), "[T, H, K]")
+    check_shape("w", float_input("w", w, 3, "[T, H, K]"), (tokens, heads, dk), "[T, H, K]")
+    check_shape("v", float_input("v", v, 3, "[T, H, V]"), (tokens, heads, dv), "[T, H, V]")
+    check_shape("u", float_input("u", u, 2, "[H, K]"), (heads, dk), "[H, K]")
+    cu = cu_seqlens_input(cu_seqlens, tokens)
+    seqs = cu.shape[0] - 1
+    slot_indices("state_indices", state_indices, seqs, num_slots)
+    flags = _flags(has_initial_state, seqs, dev)
+
+    st = to_torch(pool, dev, copy=True)
+    out = torch.empty((tokens, heads, dv), dtype=torch.float32, device=dev)
+    kern.rwkv6_wkv_(st, *(_t(a, dev) for a in (r, k, v, w, u)), metadata(cu_seqlens, dev),
+                    _idx(state_indices, dev), flags, out)
+    return WKV6(to_numpy(out), to_numpy(st))
