@@ -1,0 +1,143 @@
+"""One drawn input of one op, and its reproducer form on disk.
+
+`Case.inputs` are the keyword arguments of the reference function (canonical layout, NumPy arrays or
+plain scalars). On disk a case is ``inputs.npz`` (every array stored as raw bits for the dtypes NumPy's
+format cannot name: bfloat16 and float8 as uint16/uint8, with the real dtype in case.json) plus
+``case.json``; loading uses ``allow_pickle=False``, so a reproducer can never execute code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvconform.reference import dtypes
+
+CASE_SCHEMA = "kvconform.case/1"
+
+
+class CorruptReproducer(ValueError):
+    """A reproducer directory that cannot be read; the message is one line."""
+
+
+@dataclass
+class Case:
+    op: str
+    inputs: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)   # JSON summary: shapes, dtypes, features
+    seed: int | None = None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: v for k, v in self.inputs.items() if isinstance(v, np.ndarray)}
+
+    def scalars(self) -> dict[str, Any]:
+        return {k: _json_scalar(v) for k, v in self.inputs.items() if not isinstance(v, np.ndarray)}
+
+    def shape_summary(self) -> str:
+        parts = [f"{k}: {dtypes.dtype_name(v.dtype)}{list(v.shape)}" for k, v in self.arrays().items()]
+        parts += [f"{k}={v!r}" for k, v in self.scalars().items() if v is not None]
+        return ", ".join(parts)
+
+
+def _json_scalar(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        v = float(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return {"float": repr(v)}
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    from kvconform.reference.eviction import EvictionConfig
+    if isinstance(v, EvictionConfig):   # plan_eviction's config (EV-1): plain fields, rebuilt on load
+        return {"EvictionConfig": dataclasses.asdict(v)}
+    return v
+
+
+def _from_json_scalar(v):
+    if isinstance(v, dict) and set(v) == {"float"}:
+        return float(v["float"])
+    if isinstance(v, dict) and set(v) == {"EvictionConfig"} and isinstance(v["EvictionConfig"], dict):
+        from kvconform.reference.eviction import EvictionConfig
+        return EvictionConfig(**v["EvictionConfig"])
+    return v
+
+
+def _dtype(name: str) -> np.dtype:
+    """A dtype named in case.json: canonical float/int8 names or plain NumPy integer/bool names."""
+    if name in dtypes.DTYPES:
+        return dtypes.DTYPES[name]
+    dt = np.dtype(name)
+    if dt.kind not in "iub":
+        raise ValueError(f"unsupported dtype {name!r} in case.json")
+    return dt
+
+
+def _bits(arr: np.ndarray) -> np.ndarray:
+    name = dtypes.dtype_name(arr.dtype)
+    if name in ("bfloat16",):
+        return arr.view(np.uint16)
+    if name in ("float8_e4m3fn", "float8_e5m2"):
+        return arr.view(np.uint8)
+    return arr
+
+
+def save(case: Case, directory: Path, extra: dict | None = None) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    arrays = case.arrays()
+    np.savez(directory / "inputs.npz", **{k: _bits(v) for k, v in arrays.items()})
+    meta = {
+        "schema": CASE_SCHEMA,
+        "op": case.op,
+        "seed": case.seed,
+        "params": case.params,
+        "arrays": {k: {"dtype": dtypes.dtype_name(v.dtype), "shape": list(v.shape)} for k, v in arrays.items()},
+        "scalars": case.scalars(),
+        "order": list(case.inputs),
+    }
+    meta.update(extra or {})
+    (directory / "case.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
+def load(directory: Path) -> tuple[Case, dict]:
+    """(case, the whole case.json); raises CorruptReproducer with a one-line reason."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CorruptReproducer(f"{directory} is not a reproducer directory")
+    try:
+        meta = json.loads((directory / "case.json").read_text())
+    except FileNotFoundError:
+        raise CorruptReproducer(f"{directory}: case.json is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptReproducer(f"{directory}/case.json is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("schema") != CASE_SCHEMA or "op" not in meta:
+        raise CorruptReproducer(f"{directory}/case.json is not a {CASE_SCHEMA} file")
+    try:
+        with np.load(directory / "inputs.npz", allow_pickle=False) as npz:
+            raw = {k: npz[k] for k in npz.files}
+    except FileNotFoundError:
+        raise CorruptReproducer(f"{directory}: inputs.npz is missing") from None
+    except Exception as exc:  # zipfile.BadZipFile, ValueError (pickled object arrays), OSError
+        raise CorruptReproducer(f"{directory}/inputs.npz cannot be read ({type(exc).__name__}: {exc})") from None
+    inputs: dict[str, Any] = {}
+    try:
+        for name in meta.get("order", []):
+            if name in meta["arrays"]:
+                spec = meta["arrays"][name]
+                arr = raw[name].view(_dtype(spec["dtype"]))
+                if list(arr.shape) != list(spec["shape"]):
+                    raise CorruptReproducer(f"{directory}: array {name!r} has shape {list(arr.shape)}, "
+                                            f"case.json says {spec['shape']}")
+                inputs[name] = arr
+            else:
+                inputs[name] = _from_json_scalar(meta["scalars"][name])
+    except CorruptReproducer:
+        raise
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CorruptReproducer(f"{directory}: inputs.npz does not match case.json ({type(exc).__name__}: {exc})") from None
+    return Case(meta["op"], inputs, meta.get("params", {}), meta.get("seed")), meta

@@ -1,0 +1,277 @@
+"""`kvconform`: run the suite, list backends, clause coverage, replay reproducers, merge reports.
+
+Bad input (unknown backend or op, malformed module:factory, unwritable --out, corrupted reproducer)
+prints one line `kvconform: error: ...` and exits 2; no traceback reaches the user.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvconform", description="KV-cache kernel conformance suite")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the conformance suite")
+    run.add_argument("--backend", action="append", default=[], metavar="SPEC",
+                     help="entry-point name or package.module:factory (repeatable; default: all that run here)")
+    run.add_argument("--ops", default=None, help="comma-separated ops (default: all)")
+    run.add_argument("--profile", default=os.environ.get("KVCONFORM_PROFILE", "quick"))
+    run.add_argument("--out", default="kvconform-out", help="output directory (default: kvconform-out)")
+    run.add_argument("--jobs", "-j", type=int, default=1, help="parallel workers (pytest-xdist)")
+    run.add_argument("--shard", default=None, metavar="I/N")
+    run.add_argument("--resume", action="store_true")
+    run.add_argument("--expectations", action="append", default=[], metavar="TOML")
+    run.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles quick/thorough)")
+    run.add_argument("--timeout", type=float, default=None, help="seconds per backend call")
+    run.add_argument("--run-unclaimed", action="store_true")
+    run.add_argument("--suite", default=None, help=argparse.SUPPRESS)
+    run.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --")
+
+    sub.add_parser("list", help="backends found, whether they can run here, their claims")
+
+    cov = sub.add_parser("coverage", help="clause x layer coverage of the suite")
+    cov.add_argument("--family", default=None, help="clause prefix, e.g. PA")
+    cov.add_argument("--json", action="store_true")
+
+    rep = sub.add_parser("replay", help="re-run a reproducer directory")
+    rep.add_argument("directory")
+    rep.add_argument("--backend", default=None, help="default: the backend recorded in case.json")
+    rep.add_argument("--no-isolation", action="store_true", help="run the backend in this process")
+
+    report = sub.add_parser("report", help="report tools")
+    rsub = report.add_subparsers(dest="report_command", required=True)
+    merge = rsub.add_parser("merge", help="join report.json files (e.g. shards) into one report")
+    merge.add_argument("reports", nargs="+")
+    merge.add_argument("--out", required=True)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # argparse already printed its one-line usage error
+        return EXIT_USAGE if exc.code else 0
+    try:
+        return {"run": cmd_run, "list": cmd_list, "coverage": cmd_coverage, "replay": cmd_replay,
+                "report": cmd_report}[args.command](args)
+    except UsageError as exc:
+        print(f"kvconform: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kvconform: interrupted (kvconform run --resume continues a run)", file=sys.stderr)
+        return 130
+
+
+# --- run -------------------------------------------------------------------------------------------
+
+def _check_out(out: str) -> Path:
+    path = Path(out).resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {out} is not writable: {exc.strerror or exc}") from None
+    return path
+
+
+def _backends_for_run(requested: list[str]) -> list[str]:
+    from kvconform import backends
+    if not requested:
+        ok = [f.name for f in backends.discover() if f.backend is not None and f.backend.availability().ok]
+        if not ok:
+            raise UsageError("no backend can run here (see `kvconform list`)")
+        return ok
+    for spec in requested:
+        try:
+            backend = backends.load(spec)
+        except backends.BackendLoadError as exc:
+            raise UsageError(str(exc)) from None
+        avail = backend.availability()
+        if not avail.ok:
+            raise UsageError(f"backend {spec!r} cannot run here: {avail.reason}")
+    return requested
+
+
+def cmd_run(args) -> int:
+    from kvconform.backends.base import OPS
+    from . import profiles
+    if args.profile not in profiles.PROFILES:
+        raise UsageError(f"unknown profile {args.profile!r}: choose one of {', '.join(profiles.PROFILES)}")
+    ops = None
+    if args.ops:
+        ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+        unknown = [o for o in ops if o not in OPS]
+        if unknown:
+            raise UsageError(f"unknown op(s) {', '.join(unknown)}: known ops are {', '.join(OPS)}")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
+    if args.shard:
+        try:
+            i, n = (int(x) for x in args.shard.split("/"))
+            assert 1 <= i <= n
+        except (ValueError, AssertionError):
+            raise UsageError(f"--shard must be I/N with 1 <= I <= N, got {args.shard!r}") from None
+    for path in args.expectations:
+        from . import expectations
+        try:
+            expectations.load([path])
+        except expectations.ExpectationError as exc:
+            raise UsageError(str(exc)) from None
+    out = _check_out(args.out)
+    specs = _backends_for_run(args.backend)
+    suite = Path(args.suite) if args.suite else Path(__file__).resolve().parent / "suite"
+    ini = out / ".pytest.ini"
+    ini.write_text("[pytest]\n")
+    pytest_args = [str(suite), "-c", str(ini), "--rootdir", str(suite.parent.parent), "-p", "no:cacheprovider",
+                   "-q", "--kvc-out", str(out), "--kvc-profile", args.profile,
+                   "--junitxml", str(out / "junit.xml"), "-o", "junit_family=xunit1"]
+    for spec in specs:
+        pytest_args += ["--kvc-backend", spec]
+    if ops:
+        pytest_args += ["--kvc-ops", ",".join(ops)]
+    if args.shard:
+        pytest_args += ["--kvc-shard", args.shard]
+    if args.resume:
+        pytest_args.append("--kvc-resume")
+    for path in args.expectations:
+        pytest_args += ["--kvc-expectations", str(Path(path).resolve())]
+    if args.timeout:
+        pytest_args += ["--kvc-timeout", str(args.timeout)]
+    if args.run_unclaimed:
+        pytest_args.append("--kvc-run-unclaimed")
+    if args.seed is not None:
+        pytest_args.append(f"--hypothesis-seed={args.seed}")
+    if args.jobs > 1:
+        pytest_args += ["-n", str(args.jobs)]
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        pytest_args += ["-p", "kvconform.conformance.plugin"]
+    pytest_args += args.pytest_args
+    print(f"kvconform run: backends {', '.join(specs)}; profile {args.profile}; out {out}", flush=True)
+    import pytest
+    code = int(pytest.main(pytest_args))
+    if code == 5:      # nothing collected: every test filtered out (ops, shard) or already done (resume)
+        print("kvconform run: no test left to run", flush=True)
+        return 0
+    return 0 if code == 0 else (1 if code == 1 else code)
+
+
+# --- list ------------------------------------------------------------------------------------------
+
+def cmd_list(args) -> int:
+    from kvconform import backends
+    for found in backends.discover():
+        if found.backend is None:
+            print(f"{found.name:<10} cannot load: {found.error}")
+            continue
+        try:
+            desc = found.backend.describe()
+        except Exception as exc:
+            print(f"{found.name:<10} cannot describe itself: {type(exc).__name__}: {exc}")
+            continue
+        where = desc["device"] if desc["available"] else f"cannot run here: {desc['reason']}"
+        print(f"{found.name:<10} {desc['version']:<10} {where}")
+        for op, claims in desc["capabilities"].items():
+            feats = ",".join(claims.get("features", [])) or "-"
+            print(f"    {op:<24} dtypes={','.join(claims.get('dtypes', []))} "
+                  f"kv={','.join(claims.get('kv_dtypes', []))} page_sizes={claims.get('page_sizes') or 'any'} "
+                  f"head_dims={claims.get('head_dims') or 'any'} features={feats}")
+    return 0
+
+
+# --- coverage --------------------------------------------------------------------------------------
+
+def cmd_coverage(args) -> int:
+    from . import coverage
+    clauses = coverage.defined_clauses()
+    tests = coverage.suite_tests()
+    table = coverage.coverage_table(clauses, tests)
+    prefixes = (args.family.upper(),) if args.family else ()
+    if args.json:
+        print(json.dumps({"clauses": clauses, "coverage": table}, indent=1))
+    else:
+        for line in coverage.render(table, clauses, prefixes):
+            print(line)
+    return 0
+
+
+# --- replay ----------------------------------------------------------------------------------------
+
+def cmd_replay(args) -> int:
+    from . import case as case_io
+    from .harness import compare_outputs
+    from .worker import BackendCrash, BackendError, BackendUnavailable, InProcess, Worker
+    from kvconform import backends, reference
+    try:
+        case, meta = case_io.load(Path(args.directory))
+    except case_io.CorruptReproducer as exc:
+        raise UsageError(f"corrupted reproducer: {exc}") from None
+    spec = args.backend or meta.get("backend") or "numpy"
+    if not hasattr(reference, case.op):
+        raise UsageError(f"reproducer op {case.op!r} is not implemented by this kvconform's reference")
+    try:
+        backends.resolve(spec)
+        worker = InProcess(spec) if args.no_isolation else Worker(spec)
+        worker.describe()
+    except (backends.BackendLoadError, BackendUnavailable) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"replay {args.directory}: op {case.op}, backend {spec}, clauses {', '.join(meta.get('clauses') or [])}")
+    print(f"  case: {case.shape_summary()}")
+    try:
+        expected = getattr(reference, case.op)(**case.inputs)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"corrupted reproducer: the reference rejects its inputs: {exc}") from None
+    try:
+        actual, _ = worker.call(case.op, case.inputs)
+    except BackendCrash as exc:
+        print(f"  CRASH: {exc}")
+        return 1
+    except BackendError as exc:
+        print(f"  FAIL: backend raised {exc.type_name}: {exc.message}")
+        return 1
+    finally:
+        worker.stop()
+    results = compare_outputs(case, expected, actual)
+    for res in results:
+        status = "ok  " if res.ok else "FAIL"
+        extra = f", max ulp {res.max_ulp:.3g}" if res.max_ulp is not None else ""
+        print(f"  {status} {res.name}: {res.n_bad}/{res.compared} elements out of tolerance, "
+              f"max abs error {res.max_abs:.3g}{extra}, headroom {res.headroom:.3g} ({res.kind})")
+        if not res.ok:
+            print(f"       {res.summary()}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+# --- report merge ----------------------------------------------------------------------------------
+
+def cmd_report(args) -> int:
+    from .report import build
+    try:
+        reports = [build.load_report(p) for p in args.reports]
+        merged = build.merge(reports)
+    except build.ReportError as exc:
+        raise UsageError(str(exc)) from None
+    out = _check_out(args.out)
+    build.write_all(out, merged)
+    for line in build.summary_lines(merged):
+        print(line)
+    print(f"merged {len(reports)} reports into {out}/report.json, report.md, report.html")
+    bad = sum(merged["summary"].get(s, 0) for s in ("fail", "crash", "error"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

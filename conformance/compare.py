@@ -1,0 +1,141 @@
+"""Compare one backend output field with the reference under a `Tolerance`, over the specified region.
+
+`compare_field` returns a `FieldResult` with the metrics every report shows: max abs error, max ULP
+error (in the backend's output dtype), headroom = worst error / allowed error (<= 1 passes), the worst
+index and how many elements failed. Elements outside `mask` are unspecified and never looked at.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from kvconform.reference import dtypes
+
+from .tolerance import Tolerance, ulp
+
+
+@dataclass
+class FieldResult:
+    name: str
+    ok: bool
+    kind: str
+    compared: int = 0
+    n_bad: int = 0
+    max_abs: float = 0.0
+    max_ulp: float | None = None
+    headroom: float = 0.0
+    aggregate: float | None = None
+    worst_index: list[int] = field(default_factory=list)
+    worst_actual: str = ""
+    worst_expected: str = ""
+    problem: str = ""          # shape/dtype/NaN problems in words
+    tolerance: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for key in ("max_abs", "headroom", "aggregate", "max_ulp"):
+            value = out[key]
+            if isinstance(value, float) and not math.isfinite(value):
+                out[key] = str(value)
+        return out
+
+    def summary(self) -> str:
+        if self.problem:
+            return f"{self.name}: {self.problem}"
+        where = "[" + ",".join(map(str, self.worst_index)) + "]"
+        text = (f"{self.name}: {self.n_bad}/{self.compared} elements out of tolerance, worst at {where}: "
+                f"got {self.worst_actual}, expected {self.worst_expected}, headroom {self.headroom:.3g}")
+        if self.aggregate is not None:
+            text += f", aggregate ||err||/||tol|| {self.aggregate:.3g}"
+        return text
+
+
+def _bits_equal(a: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Bitwise equality, NaN equal to NaN whatever the payload."""
+    width = a.dtype.itemsize
+    view = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width]
+    same = a.view(view) == r.view(view)
+    if dtypes.is_float_dtype(a.dtype):
+        same |= np.isnan(a.astype(np.float64)) & np.isnan(r.astype(np.float64))
+    return same
+
+
+def compare_field(name: str, actual, expected: np.ndarray, tol: Tolerance,
+                  mask: np.ndarray | None = None) -> FieldResult:
+    expected = np.asarray(expected)
+    if not isinstance(actual, np.ndarray):
+        return FieldResult(name, False, tol.kind, problem=f"expected an ndarray, got {type(actual).__name__}")
+    if actual.shape != expected.shape:
+        return FieldResult(name, False, tol.kind,
+                           problem=f"shape {tuple(actual.shape)} differs from the reference {tuple(expected.shape)}")
+    if mask is None:
+        mask = np.ones(expected.shape, dtype=bool)
+    res = _compare(name, actual, expected, tol, mask)
+    res.tolerance = tol.to_json()
+    return res
+
+
+def _compare(name, actual, expected, tol, mask) -> FieldResult:
+    compared = int(mask.sum())
+    if tol.kind == "exact":
+        if actual.dtype != expected.dtype:
+            return FieldResult(name, False, tol.kind, compared=compared,
+                               problem=f"dtype {dtypes.dtype_name(actual.dtype)} differs from the reference "
+                                       f"{dtypes.dtype_name(expected.dtype)} (exact class: same storage dtype)")
+        bad = ~_bits_equal(actual, expected) & mask
+        res = FieldResult(name, not bad.any(), tol.kind, compared=compared, n_bad=int(bad.sum()),
+                          headroom=float(bad.any()) * math.inf if bad.any() else 0.0)
+        if bad.any():
+            a64, r64 = actual.astype(np.float64), expected.astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                diff = np.where(bad, np.abs(a64 - r64), 0.0)
+            res.max_abs = float(np.nanmax(diff)) if np.isfinite(diff).any() else math.inf
+            _set_worst(res, bad, np.where(bad, np.nan_to_num(diff, nan=math.inf), -1.0), actual, expected)
+        return res
+    if not (np.issubdtype(actual.dtype, np.floating) or dtypes.is_float_dtype(actual.dtype)):
+        return FieldResult(name, False, tol.kind, compared=compared,
+                           problem=f"dtype {dtypes.dtype_name(actual.dtype)} is not a floating dtype")
+    a = actual.astype(np.float64)
+    r = expected.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(a - r)
+        same_special = (np.isnan(a) & np.isnan(r)) | ((a == r) & np.isinf(r))
+        err = np.where(same_special, 0.0, err)
+        err = np.where(np.isnan(err), math.inf, err)
+        if tol.kind == "ulp":
+            allowed = tol.n_ulp * ulp(r, tol.out_dtype) + tol.atol
+        else:
+            allowed = tol.atol + tol.rtol * np.abs(r)
+        allowed = np.broadcast_to(np.where(np.isfinite(allowed), allowed, math.inf), r.shape)
+        ratio = np.where(err == 0, 0.0, err / np.maximum(allowed, 1e-300))
+    ratio = np.where(mask, ratio, 0.0)
+    bad = (ratio > 1.0) & mask
+    res = FieldResult(name, True, tol.kind, compared=compared, n_bad=int(bad.sum()))
+    if compared:
+        res.max_abs = float(np.max(np.where(mask, err, 0.0)))
+        res.headroom = float(np.max(ratio))
+        if tol.out_dtype != "float64" and np.isfinite(res.max_abs):
+            res.max_ulp = float(np.max(np.where(mask, err / ulp(r, tol.out_dtype), 0.0)))
+        if math.isfinite(tol.aggregate):
+            # NU-6: ||a - r|| <= aggregate * ||tol|| over the compared elements
+            num = float(np.sqrt(np.sum(np.where(mask, err, 0.0) ** 2)))
+            den = float(np.sqrt(np.sum(np.where(mask, allowed, 0.0) ** 2)))
+            res.aggregate = num / den if den > 0 else (0.0 if num == 0 else math.inf)
+            if res.aggregate > tol.aggregate:
+                res.ok = False
+                res.headroom = max(res.headroom, res.aggregate / tol.aggregate)
+    if bad.any():
+        res.ok = False
+    if not res.ok:
+        _set_worst(res, mask, ratio, actual, expected)
+    return res
+
+
+def _set_worst(res: FieldResult, mask, score, actual, expected) -> None:
+    flat = int(np.argmax(np.where(mask, score, -1.0)))
+    idx = np.unravel_index(flat, expected.shape)
+    res.worst_index = [int(i) for i in idx]
+    res.worst_actual = repr(float(np.asarray(actual[idx], dtype=np.float64)))
+    res.worst_expected = repr(float(np.asarray(expected[idx], dtype=np.float64)))

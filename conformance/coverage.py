@@ -1,0 +1,86 @@
+"""Clause coverage: clauses defined in spec/*.md against the clauses suite tests cite, per layer.
+
+A clause is defined where its id opens a list item, a heading or a bold lead-in of a line
+(``- **PA-7** ...``, ``### PA-7``, ``**PA-7.**``, ``PA-7.`` at the start of a line); ids mentioned in
+running text are references, not definitions. Tests are found by importing the suite modules and reading
+the `conformance_test` marker of each test function (no pytest run needed).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from importlib import resources
+from pathlib import Path
+
+from .harness import LAYERS
+
+_DEF = re.compile(r"^\s*(?:[-*+]\s+|#{1,6}\s+|\d+\.\s+|\|\s*)?(?:\*\*|`)?([A-Z]{2}-[A-Z]*\d+[a-z]?)\b", re.M)
+
+
+def spec_files() -> dict[str, str]:
+    """name -> Markdown text of every spec file (package data, else the repository's spec/)."""
+    found: dict[str, str] = {}
+    try:
+        for entry in resources.files("kvconform.spec").iterdir():
+            if entry.name.endswith(".md"):
+                found[entry.name] = entry.read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        pass
+    if not found:
+        repo_spec = Path(__file__).resolve().parent.parent / "spec"
+        for path in sorted(repo_spec.glob("*.md")):
+            found[path.name] = path.read_text(encoding="utf-8")
+    return found
+
+
+def defined_clauses(texts: dict[str, str] | None = None) -> dict[str, str]:
+    """clause id -> spec file name, in order of definition."""
+    clauses: dict[str, str] = {}
+    for name, text in sorted((texts or spec_files()).items()):
+        if name == "README.md":
+            continue
+        for match in _DEF.finditer(text):
+            clauses.setdefault(match.group(1), name)
+    return clauses
+
+
+def suite_tests(suite_dir: Path | None = None) -> list[dict]:
+    """[{test, module, op, clauses, layer}] for every marked test function of the suite."""
+    suite_dir = suite_dir or Path(__file__).resolve().parent / "suite"
+    tests = []
+    for path in sorted(Path(suite_dir).glob("test_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_kvconform_suite_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name, fn in vars(module).items():
+            meta = getattr(fn, "kvconform", None)
+            if name.startswith("test_") and isinstance(meta, dict):
+                tests.append({"test": name, "module": path.name, **meta})
+    return tests
+
+
+def coverage_table(clauses: dict[str, str], tests: list[dict]) -> dict[str, dict[str, list[str]]]:
+    """clause -> layer -> [test names]."""
+    table = {c: {layer: [] for layer in LAYERS} for c in clauses}
+    for t in tests:
+        for c in t["clauses"]:
+            table.setdefault(c, {layer: [] for layer in LAYERS})[t["layer"]].append(t["test"])
+    return table
+
+
+def render(table: dict, clauses: dict[str, str], prefixes: tuple[str, ...] = ()) -> list[str]:
+    ids = [c for c in table if not prefixes or c.split("-")[0] in prefixes]
+    ids.sort(key=lambda c: (c.split("-")[0], re.sub(r"\d", "", c), int(re.search(r"\d+", c).group())))
+    lines = [f"{'clause':<8} {'spec':<22} " + " ".join(f"{layer:>12}" for layer in LAYERS)]
+    for c in ids:
+        lines.append(f"{c:<8} {clauses.get(c, '(not in spec)'):<22} " +
+                     " ".join(f"{len(table[c][layer]):>12}" for layer in LAYERS))
+    uncovered = [c for c in ids if c in clauses and not any(table[c].values())]
+    unknown = [c for c in ids if c not in clauses]
+    lines.append(f"{len(ids) - len(uncovered) - len(unknown)}/{len(ids) - len(unknown)} clauses covered")
+    if uncovered:
+        lines.append("uncovered: " + " ".join(uncovered))
+    if unknown:
+        lines.append("cited by tests but not defined in spec/: " + " ".join(unknown))
+    return lines

@@ -1,0 +1,265 @@
+"""`kvc`, the object every suite test receives: claims, example loop, backend calls and comparison.
+
+A suite test reads like this (see conformance/README.md, "How to add an op family"):
+
+    @conformance_test(op="write_kv", clauses=("PA-43", "PA-45"), layer="differential")
+    def test_write_kv_matches_reference(kvc):
+        claims = kvc.claims("write_kv")                 # skips as `unsupported` if not claimed
+        kvc.for_all(write_kv_cases(claims), kvc.check)  # Hypothesis loop, differential check
+
+`check(case)` runs the reference in this process and the backend in its worker subprocess, compares
+every output field with the family's `CHECKS[op]` (tolerance and specified region), records metrics,
+and raises `ConformanceFailure` naming op, clauses, worst element, headroom and reproducer.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import time
+from typing import Any, Callable, Iterable
+
+import hypothesis
+import numpy as np
+import pytest
+
+from kvconform import reference
+from kvconform.backends.base import OPS, OpClaims
+
+from . import profiles
+from .case import Case
+from .compare import FieldResult, compare_field
+from .worker import BackendError
+
+LAYERS = ("golden", "differential", "property", "stateful")
+
+
+class ConformanceFailure(AssertionError):
+    """A backend output disagrees with the spec (outside tolerance, wrong shape, or an error raised)."""
+
+
+class Unclaimed(Exception):
+    pass
+
+
+def conformance_test(*, op: str, clauses: Iterable[str], layer: str):
+    """Mark a suite test: the op it exercises, the spec clauses it checks, and its layer."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; ops are listed in kvconform.backends.base.OPS")
+    if layer not in LAYERS:
+        raise ValueError(f"layer must be one of {LAYERS}, got {layer!r}")
+    clauses = tuple(clauses)
+    bad = [c for c in clauses if not re.fullmatch(r"[A-Z]{2}-[A-Z]*\d+[a-z]?", c)]
+    if bad:
+        raise ValueError(f"malformed clause ids {bad}: expected e.g. 'PA-7'")
+
+    def decorate(fn):
+        fn.kvconform = {"op": op, "clauses": clauses, "layer": layer}
+        return pytest.mark.kvconform(op=op, clauses=clauses, layer=layer)(fn)
+    return decorate
+
+
+def checks_for(op: str) -> Callable:
+    """The comparison contract of an op: `CHECKS[op]` of kvconform.conformance.strategies.<family>."""
+    module = importlib.import_module(f"kvconform.conformance.strategies.{OPS[op]}")
+    return module.CHECKS[op]
+
+
+def as_fields(result: Any) -> dict[str, Any]:
+    """An op result as {field: array}: a single array is the field "out"."""
+    if isinstance(result, dict):
+        return result
+    if isinstance(result, tuple) and hasattr(result, "_fields"):
+        return dict(zip(result._fields, result))
+    if isinstance(result, tuple):
+        return {f"output{i}": r for i, r in enumerate(result)}
+    return {"out": result}
+
+
+def compare_outputs(case: Case, expected: Any, actual: Any) -> list[FieldResult]:
+    """Compare every field the op's checks name (mask: the specified region only)."""
+    exp, act = as_fields(expected), as_fields(actual)
+    results = []
+    if set(act) != set(exp) and len(act) != len(exp):
+        return [FieldResult("result", False, "structure",
+                            problem=f"returned fields {sorted(act)}, the reference returns {sorted(exp)}")]
+    if set(act) != set(exp):  # same arity, other names: match by position
+        act = dict(zip(exp, act.values()))
+    checks = checks_for(case.op)(case, exp, act)
+    for name, (tol, mask) in checks.items():
+        field_name = name.split(":")[0]   # "scores:zeros" checks another region of "scores"
+        results.append(compare_field(name, act[field_name], exp[field_name], tol, mask))
+    return results
+
+
+class Harness:
+    def __init__(self, *, backend_spec: str, worker, description: dict, profile: profiles.Profile,
+                 out_dir, node, run_unclaimed: bool = False, call_timeout: float | None = None):
+        self.backend_spec = backend_spec
+        self.backend_name = description.get("name", backend_spec)
+        self.worker = worker
+        self.description = description
+        self.profile = profile
+        self.out_dir = out_dir
+        self.node = node
+        self.run_unclaimed = run_unclaimed
+        self.call_timeout = call_timeout or profile.call_timeout
+        marker = node.get_closest_marker("kvconform")
+        meta = marker.kwargs if marker else {"op": "", "clauses": (), "layer": ""}
+        self.op: str = meta["op"]
+        self.clauses: tuple[str, ...] = tuple(meta["clauses"])
+        self.layer: str = meta["layer"]
+        self.features: tuple[str, ...] = ()
+        self.unclaimed = False
+        self.examples = 0
+        self.metrics: dict[str, dict] = {}
+        self.dtypes_seen: set[str] = set()
+        self.failure: dict | None = None
+        self.last_case: Case | None = None
+        self.started = time.monotonic()
+
+    # --- claims -------------------------------------------------------------------------------
+    def claims(self, op: str | None = None, *, features: Iterable[str] = ()) -> OpClaims:
+        """The backend's claims for `op`; skips the test as `unsupported` when the op or a feature is
+        not claimed (with --run-unclaimed it runs anyway: a pass is `unclaimed-pass`)."""
+        op = op or self.op
+        self.features = tuple(features)
+        raw = self.description.get("capabilities", {}).get(op)
+        missing = []
+        if raw is None:
+            missing.append(f"op {op}")
+        else:
+            missing += [f"feature {f}" for f in self.features if f not in raw.get("features", [])]
+        if missing:
+            if not self.run_unclaimed or raw is None:
+                pytest.skip(f"unsupported: {self.backend_name} does not claim {', '.join(missing)}")
+            self.unclaimed = True
+            raw = dict(raw, features=list(raw.get("features", [])) + list(self.features))
+        return OpClaims(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items()})
+
+    def require(self, claims: OpClaims, **space) -> None:
+        """Skip as `unsupported` unless every given dimension (dtype, kv_dtype, page_size, head_dim)
+        lies within `claims` (None claims = any value)."""
+        fields = {"dtype": claims.dtypes, "kv_dtype": claims.kv_dtypes, "page_size": claims.page_sizes,
+                  "head_dim": claims.head_dims}
+        for key, value in space.items():
+            allowed = fields[key]
+            if allowed is not None and value not in allowed and not self.unclaimed:
+                pytest.skip(f"unsupported: {self.backend_name} does not claim {key}={value}")
+
+    def cite(self, *clauses: str) -> None:
+        """Narrow the clauses of this test item (e.g. one golden case among several)."""
+        self.clauses = tuple(clauses)
+
+    # --- the example loop ---------------------------------------------------------------------
+    def for_all(self, strategy, body: Callable[[Any], None], *, budget: float = 1.0) -> None:
+        """Run `body(value)` for values drawn from `strategy` under the profile's settings."""
+        chosen = profiles.hypothesis_settings(self.profile, budget=budget, out_dir=self.out_dir)
+
+        @chosen
+        @hypothesis.given(strategy)
+        def run(value):
+            body(value)
+
+        # Hypothesis keys its example database on the function: make it unique per test item.
+        run.hypothesis.inner_test.__qualname__ = re.sub(r"\W", "_", self.node.nodeid)
+        if self.unclaimed:
+            try:
+                run()
+            except (ConformanceFailure, BackendError, Exception) as exc:
+                pytest.skip(f"unsupported (unclaimed and failing: {str(exc).splitlines()[0][:200]})")
+        else:
+            run()
+
+    def run_state_machine(self, machine_cls, *, budget: float = 1.0, steps: int = 12) -> None:
+        """Run a hypothesis `RuleBasedStateMachine` under the profile (its rules call `self.call`)."""
+        from hypothesis.stateful import run_state_machine_as_test
+        chosen = hypothesis.settings(profiles.hypothesis_settings(self.profile, budget=budget,
+                                                                  out_dir=self.out_dir),
+                                     stateful_step_count=steps)
+        run_state_machine_as_test(machine_cls, settings=chosen)
+
+    # --- calls ----------------------------------------------------------------------------------
+    def reference(self, case: Case):
+        return getattr(reference, case.op)(**case.inputs)
+
+    def call(self, case: Case):
+        """Run the backend on `case` in its worker; a backend exception is a failure of this case."""
+        self._note(case)
+        self.last_case = case
+        try:
+            result, mutated = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
+        except BackendError as exc:
+            self._fail(case, [], f"backend raised {exc.type_name}: {exc.message}", traceback=exc.tb)
+        if mutated:
+            self._fail(case, [], f"backend modified its input arrays {mutated} (ops must be pure)")
+        return result
+
+    def check(self, case: Case) -> Any:
+        """Differential check of one case against the reference; returns the backend result."""
+        expected = self.reference(case)
+        actual = self.call(case)
+        self.expect(case, actual, expected)
+        return actual
+
+    def expect(self, case: Case, actual: Any, expected: Any, *, what: str = "reference") -> None:
+        """Compare `actual` with `expected` under the op's checks; `what` names the expectation
+        ("reference", "hand-worked value", "the unpermuted run", ...)."""
+        results = compare_outputs(case, expected, actual)
+        worst = 0.0
+        for res in results:
+            slot = self.metrics.setdefault(res.name, {"max_abs": 0.0, "max_ulp": None, "headroom": 0.0})
+            slot["max_abs"] = max(slot["max_abs"], res.max_abs)
+            slot["headroom"] = max(slot["headroom"], res.headroom)
+            if res.max_ulp is not None:
+                slot["max_ulp"] = max(slot["max_ulp"] or 0.0, res.max_ulp)
+            worst = max(worst, res.headroom)
+        if self.profile.target and math.isfinite(worst):
+            hypothesis.target(worst, label="headroom")
+        bad = [r for r in results if not r.ok]
+        if bad:
+            self._fail(case, bad, f"differs from the {what}")
+
+    def _note(self, case: Case) -> None:
+        self.examples += 1
+        for key in ("dtype", "kv_dtype"):
+            if key in case.params:
+                self.dtypes_seen.add(f"{key}={case.params[key]}")
+
+    def _fail(self, case: Case, fields: list[FieldResult], headline: str, traceback: str = ""):
+        lines = [f"[{case.op}] clauses {', '.join(self.clauses) or '-'}: {self.backend_name} {headline}"]
+        lines += [f"  {r.summary()}" for r in fields]
+        lines.append(f"  case: {case.shape_summary()}")
+        if fields:
+            lines.append(f"  tolerance: {checks_tolerance_reason(case, fields)}")
+        lines.append(f"  replay: kvconform replay {self.repro_dir()} --backend {self.backend_spec}")
+        message = "\n".join(lines)
+        self.failure = {"case": case, "message": message, "fields": [r.to_json() for r in fields],
+                        "traceback": traceback}
+        raise ConformanceFailure(message)
+
+    def repro_dir(self):
+        from .artifacts import repro_dir_for
+        return repro_dir_for(self.out_dir, self.node.nodeid)
+
+    def record(self) -> dict:
+        headroom = max((m["headroom"] for m in self.metrics.values()), default=None)
+        return {
+            "backend": self.backend_name,
+            "backend_spec": self.backend_spec,
+            "op": self.op,
+            "family": OPS.get(self.op, ""),
+            "layer": self.layer,
+            "clauses": list(self.clauses),
+            "features": list(self.features) or ["base"],
+            "examples": self.examples,
+            "metrics": self.metrics,
+            "headroom": headroom,
+            "dtypes": sorted(self.dtypes_seen),
+            "unclaimed": self.unclaimed,
+            "duration": round(time.monotonic() - self.started, 3),
+        }
+
+
+def checks_tolerance_reason(case: Case, fields: list[FieldResult]) -> str:
+    return "; ".join(f"{r.name}: {r.tolerance.get('reason') or r.kind}" for r in fields)

@@ -1,0 +1,47 @@
+"""Deliberately wrong backends: each is the numpy backend with one realistic bug in one op.
+
+They prove the suite has teeth (tests/engine/test_mutants.py): for every registered mutant the suite must
+fail the mutated `op`, name `clause` among the failing test's clauses, and leave a small counterexample.
+A mutant class is its own factory: `kvconform run --backend kvconform.conformance.mutants.<family>:<Class>`.
+One module per family; `all_mutants()` imports them all.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+
+from kvconform.backends.numpy import NumpyBackend
+
+
+@dataclass(frozen=True)
+class MutantInfo:
+    spec: str          # module:Class, loadable as a backend
+    op: str            # the op that is wrong
+    clause: str        # the clause it violates (must be among the failing test's clauses)
+    description: str
+
+
+_REGISTRY: dict[str, MutantInfo] = {}
+
+
+class Mutant(NumpyBackend):
+    """Base of mutants: claims what the numpy backend claims; override exactly one op."""
+
+    def __init__(self):
+        self.name = f"mutant-{type(self).__name__}"
+
+
+def mutant(*, op: str, clause: str, description: str):
+    def register(cls):
+        spec = f"{cls.__module__}:{cls.__name__}"
+        _REGISTRY[spec] = MutantInfo(spec, op, clause, description)
+        cls.mutant_info = _REGISTRY[spec]
+        return cls
+    return register
+
+
+def all_mutants() -> list[MutantInfo]:
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+    return sorted(_REGISTRY.values(), key=lambda m: m.spec)

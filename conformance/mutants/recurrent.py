@@ -1,0 +1,97 @@
+"""Mutants of the recurrent family (spec/recurrent.md): realistic slot-pool and scan bugs, each wrapping
+the reference so that exactly one rule is broken."""
+from __future__ import annotations
+
+import numpy as np
+
+from kvconform import reference
+
+from . import Mutant, mutant
+
+
+@mutant(op="selective_state_update", clause="RS-3",
+        description="a padding row (-1) is not skipped on store: Python-style indexing writes its state "
+                    "into the pool's last slot")
+class PaddingSlotWritesState(Mutant):
+    def selective_state_update(self, state, x, dt, A, B, C, *, state_indices=None, **kw):
+        result = reference.selective_state_update(state, x, dt, A, B, C, state_indices=state_indices, **kw)
+        if state_indices is None or not (np.asarray(state_indices) < 0).any():
+            return result
+        # The kernel "updates" the padding row from its (NaN) inputs and a zero state, then stores it
+        # at index -1, which wraps to the last slot.
+        pad = int(np.flatnonzero(np.asarray(state_indices) < 0)[0])
+        row = np.zeros((1,) + state.shape[1:], dtype=state.dtype)
+        one = lambda a: None if a is None else a[pad:pad + 1]   # noqa: E731
+        scratch = reference.selective_state_update(
+            row, x[pad:pad + 1], dt[pad:pad + 1], A, B[pad:pad + 1], C[pad:pad + 1],
+            **{k: (one(v) if k == "z" else v) for k, v in kw.items()})
+        pool = result.state.copy()
+        pool[-1] = scratch.state[0]
+        return type(result)(result.out, pool)
+
+
+@mutant(op="rwkv6_wkv", clause="RS-2",
+        description="sequences are sorted by slot for the launch grid and final states are scattered "
+                    "back in sorted order: a sequence's state lands in another sequence's slot")
+class StateRowsAliasedAfterReorder(Mutant):
+    def rwkv6_wkv(self, r, k, v, w, u, state, cu_seqlens, *, state_indices=None, **kw):
+        result = reference.rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, state_indices=state_indices, **kw)
+        if state_indices is None:
+            return result
+        idx = np.asarray(state_indices)
+        live = np.flatnonzero(idx >= 0)
+        pool = result.state.copy()
+        # Sequence live[j] writes to the j-th smallest slot instead of its own.
+        pool[np.sort(idx[live])] = result.state[idx[live]]
+        return type(result)(result.out, pool)
+
+
+@mutant(op="ssd_chunked_scan", clause="RS-18",
+        description="the chunked scan drops the initial state: every sequence starts from zeros")
+class ChunkedScanDropsInitialState(Mutant):
+    def ssd_chunked_scan(self, state, x, dt, A, B, C, cu_seqlens, *, has_initial_state=None, **kw):
+        seqs = np.asarray(cu_seqlens).shape[0] - 1
+        return reference.ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens,
+                                          has_initial_state=np.zeros(seqs, dtype=bool), **kw)
+
+
+@mutant(op="causal_conv1d_update", clause="RS-12",
+        description="the conv state stores post-convolution outputs instead of the raw inputs")
+class ConvStateStoresOutputs(Mutant):
+    def causal_conv1d_update(self, x, conv_state, weight, bias=None, *, activation=None, state_indices=None):
+        result = reference.causal_conv1d_update(x, conv_state, weight, bias, activation=activation,
+                                                state_indices=state_indices)
+        # Feed the outputs through as if they were the inputs: the window then ends in outputs.
+        shifted = reference.causal_conv1d_update(result.out, conv_state, weight, bias, activation=activation,
+                                                 state_indices=state_indices)
+        return type(result)(result.out, shifted.conv_state)
+
+
+@mutant(op="selective_state_update", clause="RS-16",
+        description="Mamba2 head h reads group h % G (tiled repeat) instead of h // (H / G)")
+class Mamba2GroupsModulo(Mutant):
+    def selective_state_update(self, state, x, dt, A, B, C, **kw):
+        if np.ndim(state) != 4:
+            return reference.selective_state_update(state, x, dt, A, B, C, **kw)
+        heads, groups = np.shape(state)[1], np.shape(B)[1]
+        tiled = np.arange(heads) % groups        # one group per head, chosen the wrong way
+        return reference.selective_state_update(state, x, dt, A, np.asarray(B)[:, tiled],
+                                                np.asarray(C)[:, tiled], **kw)
+
+
+@mutant(op="rwkv6_wkv", clause="RS-5",
+        description="a fresh sequence's state is row * 0 instead of selected zeros: NaN/inf rows leak")
+class FreshStateMultipliesByZero(Mutant):
+    def rwkv6_wkv(self, r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None):
+        if has_initial_state is None:
+            return reference.rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, state_indices=state_indices)
+        seqs = np.asarray(cu_seqlens).shape[0] - 1
+        slots = np.arange(seqs) if state_indices is None else np.asarray(state_indices)
+        pool = state.copy()
+        with np.errstate(invalid="ignore"):
+            for s in range(seqs):
+                if slots[s] >= 0 and not has_initial_state[s]:
+                    pool[slots[s]] = pool[slots[s]] * 0
+        # Only addressed rows were touched, and the call overwrites them all.
+        return reference.rwkv6_wkv(r, k, v, w, u, pool, cu_seqlens, state_indices=state_indices)
+

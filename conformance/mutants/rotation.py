@@ -1,0 +1,54 @@
+"""Mutants of the rotation family: realistic re-rotation kernel bugs, each wrapping the reference."""
+from __future__ import annotations
+
+import numpy as np
+
+from kvconform import reference
+from kvconform.reference import dtypes
+
+from . import Mutant, mutant
+
+
+@mutant(op="rotate_keys", clause="RO-7",
+        description="per-block deltas not broadcast: the [n, 1] row is applied to token 0 only")
+class BlockDeltasNotBroadcast(Mutant):
+    def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw):
+        out = reference.rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw)
+        if np.asarray(rotation_deltas).shape[1] == 1:
+            idx = np.asarray(rotated_block_indices, dtype=np.int64)
+            out[idx, 1:] = dtypes.upcast(np.asarray(k_pages)[idx, 1:])   # a kernel that loops over t < width
+        return out
+
+
+@mutant(op="rotate_keys", clause="RO-5",
+        description="sign of the sine flipped: (x c + y s, -x s + y c), the inverse rotation")
+class RotateSignFlipped(Mutant):
+    def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw):
+        lut = np.array(trig_lut, copy=True)
+        half = lut.shape[1] // 2
+        lut[:, half:] = -lut[:, half:]
+        return reference.rotate_keys(k_pages, rotated_block_indices, rotation_deltas, lut, **kw)
+
+
+@mutant(op="shift_keys", clause="RO-10",
+        description="theta form shifts by -delta (moves keys back instead of forward)")
+class ShiftSignFlipped(Mutant):
+    def shift_keys(self, k_pages, rotated_block_indices, position_deltas, **kw):
+        return reference.shift_keys(k_pages, rotated_block_indices, -np.asarray(position_deltas), **kw)
+
+
+@mutant(op="rotate_keys", clause="RO-2",
+        description="wrong pair layout: always pairs (j, j + h) (rotate_half), ignoring layout=interleaved")
+class WrongPairLayout(Mutant):
+    def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout="half",
+                    rotary_dim=None):
+        return reference.rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, layout="half",
+                                     rotary_dim=rotary_dim)
+
+
+@mutant(op="shift_keys", clause="RO-1",
+        description="partial rotary ignored: the theta form rotates all D dims")
+class ShiftRotatesAllDims(Mutant):
+    def shift_keys(self, k_pages, rotated_block_indices, position_deltas, *, theta, layout="half",
+                   rotary_dim=None):
+        return reference.shift_keys(k_pages, rotated_block_indices, position_deltas, theta=theta, layout=layout)

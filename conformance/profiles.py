@@ -1,0 +1,69 @@
+"""Run profiles: Hypothesis settings plus the engine's own knobs (per-call timeout, targeting).
+
+| profile  | examples/test | derandomize | database          | use                                  |
+|----------|---------------|-------------|-------------------|--------------------------------------|
+| quick    | 8             | no          | none              | local runs, `kvconform run` default  |
+| ci       | 25            | yes         | none              | the CI gate: same cases every run    |
+| thorough | 250           | no          | <out>/hypothesis-db (shared) | long runs; `target(headroom)` |
+| repro    | 1             | yes         | none              | re-run one example, verbose          |
+
+No profile has a deadline: the first call of a JIT backend compiles (seconds), which a deadline would
+report as a flaky failure; hangs are caught by the worker timeout instead. A test may scale its example
+count with a `budget` factor (a state machine step costs more than a differential example).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    max_examples: int
+    derandomize: bool
+    use_database: bool
+    target: bool
+    call_timeout: float
+    verbose: bool = False
+    shrink: bool = True
+
+
+PROFILES = {
+    "quick": Profile("quick", 8, derandomize=False, use_database=False, target=False, call_timeout=120.0),
+    "ci": Profile("ci", 25, derandomize=True, use_database=False, target=False, call_timeout=300.0),
+    "thorough": Profile("thorough", 250, derandomize=False, use_database=True, target=True, call_timeout=300.0),
+    "repro": Profile("repro", 1, derandomize=True, use_database=False, target=False, call_timeout=600.0,
+                     verbose=True, shrink=False),
+}
+
+
+def get(name: str) -> Profile:
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def hypothesis_settings(profile: Profile, *, budget: float = 1.0, out_dir: Path | None = None,
+                        seed_examples: int | None = None) -> settings:
+    examples = seed_examples or max(1, round(profile.max_examples * budget))
+    database = None
+    if profile.use_database and out_dir is not None:
+        database = DirectoryBasedExampleDatabase(str(Path(out_dir) / "hypothesis-db"))
+    phases = list(Phase)
+    if not profile.shrink:
+        phases = [p for p in phases if p not in (Phase.shrink, Phase.explain)]
+    return settings(
+        max_examples=examples,
+        derandomize=profile.derandomize,
+        database=database,
+        deadline=None,
+        print_blob=True,
+        phases=phases,
+        verbosity=Verbosity.verbose if profile.verbose else Verbosity.normal,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                               HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
+    )

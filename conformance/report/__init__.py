@@ -1,0 +1,1 @@
+"""Reports rendered from results.jsonl: report.json (versioned schema), report.md, report.html."""

@@ -1,0 +1,163 @@
+"""report.json (schema `kvconform.report/1`), report.md and report.html from results.jsonl, and merging.
+
+report.json keys: schema, suite_version, spec_version, created, platform, profile, seed, shard,
+backends {name: description with claims}, expectations {entries, unmatched}, summary {status: n},
+matrix [{backend, op, feature, counts, headroom}], results [one record per test, see plugin.py].
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from kvconform import SPEC_VERSION, __version__
+
+from .. import expectations as expectations_mod
+
+SCHEMA = "kvconform.report/1"
+STATUS_ORDER = ("fail", "crash", "error", "xpass", "xfail", "pass", "unclaimed-pass", "unsupported", "skip")
+
+
+class ReportError(ValueError):
+    """A report file that cannot be read or merged; one-line message."""
+
+
+def _platform() -> dict:
+    info = {"python": sys.version.split()[0], "machine": platform.machine(), "system": platform.system()}
+    for mod in ("numpy", "hypothesis", "pytest", "ml_dtypes"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:  # pragma: no cover - optional
+            pass
+    return info
+
+
+def read_results(path: Path) -> list[dict]:
+    records = {}
+    for line in Path(path).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue          # a line cut short by a killed run
+        records[rec["id"]] = rec   # a resumed test replaces its earlier line
+    return list(records.values())
+
+
+def assemble(records: list[dict], *, backends: dict, run: dict) -> dict:
+    entries = [expectations_mod.Expectation(**{k: e[k] for k in ("test", "reason", "backend", "issue", "source")})
+               for e in run.get("expectations", [])]
+    return {
+        "schema": SCHEMA,
+        "suite_version": __version__,
+        "spec_version": SPEC_VERSION,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "platform": _platform(),
+        "profile": run.get("profile"),
+        "seed": run.get("seed"),
+        "shard": run.get("shard"),
+        "backends": backends,
+        "expectations": {"entries": run.get("expectations", []),
+                         "unmatched": [e.to_json() for e in expectations_mod.unmatched(entries, records)]},
+        "summary": dict(Counter(r["status"] for r in records)),
+        "matrix": matrix(records),
+        "results": sorted(records, key=lambda r: (r.get("backend", ""), r.get("op", ""), r["id"])),
+    }
+
+
+def matrix(records: list[dict]) -> list[dict]:
+    cells: dict = defaultdict(lambda: {"counts": Counter(), "headroom": None})
+    for r in records:
+        for feature in r.get("features") or ["base"]:
+            cell = cells[(r.get("backend", "?"), r.get("op", "?"), feature)]
+            cell["counts"][r["status"]] += 1
+            h = r.get("headroom")
+            if isinstance(h, (int, float)) and r["status"] in ("pass", "fail", "xfail", "xpass", "unclaimed-pass"):
+                cell["headroom"] = h if cell["headroom"] is None else max(cell["headroom"], h)
+    return [{"backend": b, "op": o, "feature": f, "counts": dict(c["counts"]), "headroom": c["headroom"]}
+            for (b, o, f), c in sorted(cells.items())]
+
+
+def cell_status(counts: dict) -> str:
+    """Worst status of a cell (fail > crash > error > xpass > xfail > pass > unsupported)."""
+    for status in STATUS_ORDER:
+        if counts.get(status):
+            return status
+    return "skip"
+
+
+def summary_lines(report: dict) -> list[str]:
+    lines = []
+    by_backend: dict = defaultdict(Counter)
+    for r in report["results"]:
+        by_backend[r.get("backend", "?")][r["status"]] += 1
+    for backend, counts in sorted(by_backend.items()):
+        parts = ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s))
+        lines.append(f"{backend}: {parts}")
+    for r in report["results"]:
+        if r["status"] in ("fail", "crash", "error", "xpass"):
+            lines.append(f"  {r['status'].upper()} {r.get('backend')} {r.get('op')} "
+                         f"[{' '.join(r.get('clauses', []))}] {r['id']}")
+            if r.get("repro"):
+                lines.append(f"    replay: kvconform replay {r['repro']}")
+    for e in report["expectations"]["unmatched"]:
+        lines.append(f"  unmatched expectation ({e['source']}): {e['test']} [{e['backend']}]")
+    return lines
+
+
+def _load_backends(out: Path) -> dict:
+    backends = {}
+    for path in sorted((out / "backends").glob("*.json")) if (out / "backends").is_dir() else []:
+        desc = json.loads(path.read_text())
+        backends[desc.get("name", path.stem)] = desc
+    return backends
+
+
+def write_all(out: Path, report: dict | None = None) -> dict:
+    """Render report.json, report.md and report.html in `out` (from results.jsonl unless given)."""
+    out = Path(out)
+    if report is None:
+        run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+        report = assemble(read_results(out / "results.jsonl"), backends=_load_backends(out), run=run)
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    from . import html, markdown
+    (out / "report.md").write_text(markdown.render(report))
+    (out / "report.html").write_text(html.render(report))
+    return report
+
+
+def load_report(path) -> dict:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    try:
+        report = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReportError(f"{path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
+        raise ReportError(f"{path} is not a {SCHEMA} report (schema={report.get('schema') if isinstance(report, dict) else None!r})")
+    return report
+
+
+def merge(reports: list[dict]) -> dict:
+    """Join shard reports: results keyed by (backend, test id), later files win; one header."""
+    if not reports:
+        raise ReportError("nothing to merge")
+    results: dict = {}
+    backends: dict = {}
+    entries: dict = {}
+    profiles = {r.get("profile") for r in reports}
+    for rep in reports:
+        backends.update(rep.get("backends", {}))
+        for e in rep.get("expectations", {}).get("entries", []):
+            entries[(e["test"], e["backend"], e["source"])] = e
+        for rec in rep["results"]:
+            results[(rec.get("backend"), rec["id"])] = rec
+    run = {"profile": "+".join(sorted(p for p in profiles if p)) or None, "seed": reports[0].get("seed"),
+           "shard": "merged " + ", ".join(str(r.get("shard")) for r in reports),
+           "expectations": list(entries.values())}
+    return assemble(list(results.values()), backends=backends, run=run)

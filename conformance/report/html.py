@@ -1,0 +1,132 @@
+"""report.html: one self-contained page (no scripts, no external resources).
+
+Every string from a result (backend messages, ids, counterexamples) goes through `html.escape`, and a
+Content-Security-Policy forbids scripts outright, so nothing a backend prints can inject markup.
+Error plots are inline SVG: headroom (error / allowed, log scale) per test, 1 = the tolerance line.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+from .build import STATUS_ORDER, cell_status
+
+COLOR = {"pass": "#2e7d32", "fail": "#c62828", "crash": "#6a1b9a", "error": "#c62828", "xfail": "#f9a825",
+         "xpass": "#ef6c00", "unsupported": "#9e9e9e", "unclaimed-pass": "#1565c0", "skip": "#bdbdbd"}
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
+th{background:#f3f3f3}.st{color:#fff;border-radius:3px;padding:0 .4em;font-size:.85em}
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto;white-space:pre-wrap}
+.fail{border-left:4px solid #c62828;padding-left:.8em;margin:1em 0}
+"""
+
+
+def e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def badge(status: str) -> str:
+    return f'<span class="st" style="background:{COLOR.get(status, "#777")}">{e(status)}</span>'
+
+
+def _matrix(report: dict) -> str:
+    backends = sorted({c["backend"] for c in report["matrix"]})
+    rows = sorted({(c["op"], c["feature"]) for c in report["matrix"]})
+    cells = {(c["backend"], c["op"], c["feature"]): c for c in report["matrix"]}
+    out = ['<table id="matrix"><caption>backends × ops × features</caption><tr><th>op</th><th>feature</th>']
+    out += [f"<th>{e(b)}</th>" for b in backends]
+    out.append("</tr>")
+    for op, feature in rows:
+        out.append(f"<tr><td>{e(op)}</td><td>{e(feature)}</td>")
+        for b in backends:
+            cell = cells.get((b, op, feature))
+            if cell is None:
+                out.append('<td class="cell">—</td>')
+                continue
+            counts = cell["counts"]
+            detail = ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s))
+            h = cell["headroom"]
+            head = "" if h is None else f"<br><small>headroom {e(format(h, '.3g'))}</small>"
+            out.append(f'<td class="cell" data-status="{e(cell_status(counts))}">'
+                       f"{badge(cell_status(counts))} <small>{e(detail)}</small>{head}</td>")
+        out.append("</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _plot(report: dict) -> str:
+    """Horizontal bars of log10(headroom) per test with a metric; the line at 1 is the tolerance."""
+    items = [(r["id"], r.get("backend", ""), r["headroom"], r["status"]) for r in report["results"]
+             if isinstance(r.get("headroom"), (int, float)) and r["headroom"] > 0]
+    if not items:
+        return "<p>No error metrics recorded.</p>"
+    lo, hi = -8.0, 2.0
+    width, bar, left = 640, 14, 10
+    height = bar * len(items) + 30
+    x_of = lambda v: left + (min(max(math.log10(v) if v > 0 else lo, lo), hi) - lo) / (hi - lo) * width
+    parts = [f'<svg id="headroom-plot" xmlns="http://www.w3.org/2000/svg" width="{width + 2 * left}" '
+             f'height="{height}" role="img"><title>headroom per test (log scale, 1 = tolerance)</title>']
+    for i, (tid, backend, h, status) in enumerate(items):
+        y = 20 + i * bar
+        w = max(1.0, x_of(h) - left) if math.isfinite(h) else width
+        parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar - 3}" '
+                     f'fill="{COLOR.get(status, "#777")}"><title>{e(backend)} {e(tid)}: {e(format(h, ".3g"))}'
+                     f'</title></rect>')
+    x1 = x_of(1.0)
+    parts.append(f'<line x1="{x1:.1f}" y1="12" x2="{x1:.1f}" y2="{height}" stroke="#000" stroke-dasharray="4"/>')
+    for p in range(int(lo), int(hi) + 1, 2):
+        parts.append(f'<text x="{x_of(10.0 ** p):.1f}" y="10" font-size="9">1e{p}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _failures(report: dict) -> str:
+    bad = [r for r in report["results"] if r["status"] in ("fail", "crash", "error", "xpass", "xfail")]
+    if not bad:
+        return "<p>No failures.</p>"
+    out = []
+    for r in bad:
+        out.append(f'<div class="fail">{badge(r["status"])} <b>{e(r.get("backend"))}</b> '
+                   f'<code>{e(r.get("op"))}</code> clauses {e(", ".join(r.get("clauses", [])))}<br>'
+                   f'<code>{e(r["id"])}</code>')
+        if r.get("counterexample"):
+            out.append(f"<p>counterexample: <code>{e(r['counterexample'])}</code></p>")
+        out.append(f"<pre>{e(r.get('message', ''))}</pre>")
+        if r.get("repro"):
+            out.append(f"<p>replay: <code>kvconform replay {e(r['repro'])}</code></p>")
+        out.append("</div>")
+    return "".join(out)
+
+
+def _backends(report: dict) -> str:
+    out = ["<table id=\"backends\"><tr><th>backend</th><th>version</th><th>device</th><th>ops claimed</th></tr>"]
+    for name, d in sorted(report.get("backends", {}).items()):
+        out.append(f"<tr><td>{e(name)}</td><td>{e(d.get('version', ''))}</td><td>{e(d.get('device', ''))}"
+                   f"</td><td>{e(', '.join(sorted(d.get('capabilities', {}))))}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def render(report: dict) -> str:
+    summary = report.get("summary", {})
+    totals = " ".join(f"{badge(s)} {summary[s]}" for s in STATUS_ORDER if summary.get(s))
+    unmatched = report.get("expectations", {}).get("unmatched", [])
+    um = "".join(f"<li><code>{e(x['test'])}</code> ({e(x['backend'])}): {e(x['reason'])}</li>" for x in unmatched)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>kvconform report</title><style>{CSS}</style></head>
+<body>
+<h1>kvconform report</h1>
+<p>suite {e(report['suite_version'])}, spec {e(report['spec_version'])}, profile <b>{e(report.get('profile'))}</b>,
+created {e(report.get('created'))}, Python {e(report.get('platform', {}).get('python', ''))}</p>
+<p id="totals">{totals}</p>
+<h2>Matrix</h2>{_matrix(report)}
+<h2>Backends</h2>{_backends(report)}
+<h2>Error headroom</h2>{_plot(report)}
+<h2>Failures and counterexamples</h2>{_failures(report)}
+{('<h2>Unmatched expectations</h2><ul id="unmatched">' + um + '</ul>') if um else ''}
+</body></html>
+"""

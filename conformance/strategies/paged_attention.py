@@ -1,0 +1,283 @@
+"""Strategies and comparison contract for the paged-attention family (spec/paged_attention.md).
+
+Ops: `ragged_paged_attention`, `write_kv`. Everything drawn stays inside what the backend claims
+(dtypes, KV dtypes, page sizes, head dims, features); a variant whose claimed space is empty skips as
+`unsupported`. Every don't-care location holds poison (NaN, or -128 for int8 pages): padding rows of q
+(PA-25), slots past kv_len in the last used page, pages no sequence uses, page-table entries past
+cdiv(kv_len, page_size) and rows of sequences >= num_seqs (PA-5, PA-24); for `write_kv`, the k/v rows of
+skipped tokens (PA-41). Sizes stay small so interpreters run an example in well under a second.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from kvconform.backends.base import OpClaims
+from kvconform.reference import dtypes
+
+from .. import tolerance
+from ..case import Case
+from .values import floats, max_abs, pick, poison_value, seeds
+
+Q_DTYPES = ("float32", "bfloat16", "float16", "float64")
+FLOAT_KV_DTYPES = ("float32", "bfloat16", "float16", "float64")
+QUANT_KV_DTYPES = ("float8_e4m3fn", "float8_e5m2", "int8")
+DEFAULT_PAGE_SIZES = (2, 1, 4, 8)      # used when the backend accepts any page size
+DEFAULT_HEAD_DIMS = (4, 8, 6, 16)      # idem; 6 is a non-power of two
+SCALES = (0.5, 2.0, 0.125, 1.5, 0.0390625)  # float32-exact, never 1 so an ignored scale shows
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column of the features matrix: the options a differential test turns on."""
+    name: str
+    features: tuple[str, ...]
+    clauses: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ATTENTION_VARIANTS = (
+    Variant("base", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14", "PA-24")),
+    Variant("sliding_window", ("sliding_window",), ("PA-15",)),
+    Variant("soft_cap", ("soft_cap",), ("PA-16",)),
+    Variant("sinks", ("sinks",), ("PA-17",)),
+    Variant("quantized_kv", ("quantized_kv",), ("PA-18", "PA-19")),
+    Variant("return_scores", ("return_scores",), ("PA-21", "PA-22", "PA-23")),
+)
+WRITE_VARIANTS = (
+    Variant("base", (), ("PA-41", "PA-43", "PA-45")),
+    Variant("quantized_kv", ("quantized_kv",), ("PA-44",)),
+)
+
+
+def _claimed(options, claimed, what: str, variant: Variant):
+    chosen = tuple(o for o in options if o in (claimed or ()))
+    if not chosen:
+        pytest.skip(f"unsupported: no claimed {what} for variant {variant.name} "
+                    f"(claims: {list(claimed or [])})")
+    return chosen
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@st.composite
+def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_q_len: int = 4,
+                    max_context: int = 9):
+    """A valid `ragged_paged_attention` call within `claims`, with the options of `variant` on."""
+    q_dtype = pick(draw, _claimed(Q_DTYPES, claims.dtypes, "q dtype", variant), "q dtype")
+    kv_pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
+    kv_dtype = pick(draw, _claimed(kv_pool, claims.kv_dtypes, "KV dtype", variant), "KV dtype")
+    page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
+    head_dim = pick(draw, claims.head_dims or DEFAULT_HEAD_DIMS, "head dim")
+    hkv = draw(st.integers(1, 3))
+    hq = hkv * draw(st.integers(1, 3))        # GQA ratios 1, 2, 3 (3: not a power of two)
+
+    # Ragged batch (PA-4, PA-5): empty, decode (q_len 1) and prefill (no context) sequences all occur.
+    num_seqs = draw(st.integers(1, max_seqs))
+    spare_rows = draw(st.integers(0, 1))       # kv_lens / page_indices rows past num_seqs
+    q_lens = [draw(st.integers(0, max_q_len)) for _ in range(num_seqs)]
+    kv_lens = [q + draw(st.integers(0, max_context)) for q in q_lens]
+    used = [_cdiv(n, page_size) for n in kv_lens]
+    pages_per_seq = max(used + [1]) + draw(st.integers(0, 1))
+    spare_pages = draw(st.integers(1, 2))
+    num_pages = sum(used) + spare_pages
+    physical = draw(st.permutations(range(num_pages)))   # shuffled page table (PA-10)
+    pad_rows = draw(st.integers(0, 2))
+
+    S = num_seqs + spare_rows
+    poison_page = physical[sum(used)]
+    page_indices = np.full((S, pages_per_seq), poison_page, dtype=np.int32)
+    cursor = 0
+    for i, n in enumerate(used):
+        page_indices[i, :n] = physical[cursor:cursor + n]
+        cursor += n
+    cu = np.zeros(S + 1, dtype=np.int32)
+    cu[1:num_seqs + 1] = np.cumsum(q_lens)
+    cu[num_seqs + 1:] = cu[num_seqs]
+    kv = np.full(S, pages_per_seq * page_size, dtype=np.int32)  # rows past num_seqs: ignored (PA-5)
+    kv[:num_seqs] = kv_lens
+    T = int(cu[num_seqs]) + pad_rows
+
+    kwargs = {}
+    if draw(st.booleans()):
+        kwargs["sm_scale"] = draw(st.sampled_from((0.5, 1.0, 0.125, 2.0)))
+    q_max_exp = 1
+    if "sliding_window" in variant.features:
+        longest = max(kv_lens + [1])
+        near = sorted({max(1, n + d) for n in kv_lens for d in (-1, 0, 1)})
+        kwargs["sliding_window"] = draw(st.one_of(st.integers(1, 3), st.sampled_from(near),
+                                                  st.integers(1, longest + 1)))
+    if "soft_cap" in variant.features:
+        kwargs["soft_cap"] = draw(st.sampled_from((5.0, 1.0, 30.0)))
+        if draw(st.booleans()):
+            q_max_exp = 9   # huge logits: |s| far beyond the cap, tanh must saturate (PA-16)
+    quantized = dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype))
+    if quantized:
+        kwargs["k_scale"] = draw(st.sampled_from(SCALES))
+        kwargs["v_scale"] = draw(st.sampled_from(SCALES))
+    sink_mode = draw(st.sampled_from(("finite", "one_minus_inf"))) if "sinks" in variant.features else None
+    if "return_scores" in variant.features:
+        kwargs["return_scores"] = True
+
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    q = floats(rng, (T, hq, head_dim), q_dtype, max_exp=q_max_exp)
+    k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
+    v_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
+    if sink_mode is not None:
+        sinks = (rng.standard_normal(hq) * 2).astype(np.float32)
+        if sink_mode == "one_minus_inf":
+            sinks[rng.integers(0, hq)] = -np.inf
+        kwargs["sinks"] = sinks
+
+    # Poison every don't-care location (PA-24, PA-25).
+    q[cu[num_seqs]:] = poison_value(q_dtype)
+    bad = poison_value(kv_dtype)
+    for i in range(num_seqs):
+        tail = kv_lens[i] % page_size
+        if tail:
+            last = page_indices[i, used[i] - 1]
+            k_pages[last, tail:] = bad
+            v_pages[last, tail:] = bad
+    for p in physical[sum(used):]:
+        k_pages[p] = bad
+        v_pages[p] = bad
+
+    inputs = dict(q=q, k_pages=k_pages, v_pages=v_pages, kv_lens=kv, page_indices=page_indices,
+                  cu_q_lens=cu, num_seqs=num_seqs, **kwargs)
+    params = dict(dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hq=hq, hkv=hkv,
+                  num_seqs=num_seqs, q_lens=q_lens, kv_lens=kv_lens, variant=variant.name)
+    return Case("ragged_paged_attention", inputs, params, seed)
+
+
+@st.composite
+def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int = 6):
+    """A valid `write_kv` call: distinct slots, some skipped (-1), pools holding poison that must stay."""
+    x_dtype = pick(draw, _claimed(Q_DTYPES, claims.dtypes, "k/v dtype", variant), "k/v dtype")
+    pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
+    kv_dtype = pick(draw, _claimed(pool, claims.kv_dtypes, "KV dtype", variant), "KV dtype")
+    page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
+    head_dim = pick(draw, claims.head_dims or DEFAULT_HEAD_DIMS, "head dim")
+    hkv = draw(st.integers(1, 3))
+    num_pages = draw(st.integers(1, 3))
+    capacity = num_pages * page_size
+    n = draw(st.integers(0, min(max_tokens, capacity + 2)))
+    slots = draw(st.lists(st.integers(0, capacity - 1), min_size=0, max_size=min(n, capacity), unique=True))
+    skipped = n - len(slots)
+    order = draw(st.permutations(list(slots) + [-1] * skipped))
+    slot_mapping = np.asarray(order, dtype=np.int32).reshape(-1)
+    kwargs = {}
+    big = 1
+    if dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype)):
+        kwargs["k_scale"] = draw(st.sampled_from(SCALES))
+        kwargs["v_scale"] = draw(st.sampled_from(SCALES))
+        big = 9   # reach saturation of the storage format (PA-44)
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
+    v_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
+    # Unwritten slots keep whatever they hold, poison included, bit for bit (PA-45).
+    keep = rng.random((num_pages, page_size)) < 0.25
+    k_pages[keep] = poison_value(kv_dtype)
+    v_pages[keep] = poison_value(kv_dtype)
+    k = floats(rng, (len(slot_mapping), hkv, head_dim), x_dtype, max_exp=big)
+    v = floats(rng, (len(slot_mapping), hkv, head_dim), x_dtype, max_exp=big)
+    k[slot_mapping < 0] = poison_value(x_dtype)   # skipped tokens are never read (PA-41)
+    v[slot_mapping < 0] = poison_value(x_dtype)
+    inputs = dict(k_pages=k_pages, v_pages=v_pages, k=k, v=v, slot_mapping=slot_mapping, **kwargs)
+    params = dict(dtype=x_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hkv=hkv,
+                  num_pages=num_pages, tokens=len(slot_mapping), variant=variant.name)
+    return Case("write_kv", inputs, params, seed)
+
+
+# --- comparison contract (spec/numerics.md) ------------------------------------------------------
+
+def _out_dtype(actual) -> str:
+    name = dtypes.dtype_name(getattr(actual, "dtype", np.float64))
+    return name if dtypes.is_float_dtype(name) else "float64"
+
+
+def _sequence_bounds(x: dict, i: int):
+    """(V_i, S_i, n_i) of spec/numerics.md "Paged attention", over the keys some row of sequence i sees."""
+    kv_len = int(x["kv_lens"][i])
+    q_len = int(x["cu_q_lens"][i + 1] - x["cu_q_lens"][i])
+    window = x.get("sliding_window")
+    n_i = kv_len if window is None else min(kv_len, int(window))
+    if q_len == 0 or kv_len == 0:
+        return 0.0, 0.0, n_i
+    page_size = x["k_pages"].shape[1]
+    first = kv_len - q_len                       # position of row 0 (PA-6)
+    lo = 0 if window is None else max(0, first - int(window) + 1)
+    tokens = np.arange(lo, kv_len)
+    where = (x["page_indices"][i, tokens // page_size], tokens % page_size)
+    k = np.abs(dtypes.upcast(x["k_pages"][where], x.get("k_scale")))          # [n, Hkv, D]
+    v = dtypes.upcast(x["v_pages"][where], x.get("v_scale"))
+    q = np.abs(dtypes.upcast(x["q"][x["cu_q_lens"][i]:x["cu_q_lens"][i + 1]]))  # [q_len, Hq, D]
+    group = q.shape[1] // k.shape[1]
+    dots = np.einsum("thd,jhd->thj", q, np.repeat(k, group, axis=1))          # sum_d |q||k|
+    pos = first + np.arange(q_len)[:, None]
+    visible = (tokens[None, :] <= pos) & (True if window is None else tokens[None, :] > pos - int(window))
+    sm = x.get("sm_scale") or x["q"].shape[2] ** -0.5
+    S_i = float(sm * np.max(np.where(visible[:, None, :], dots, 0.0)))
+    return float(np.max(np.abs(v))), S_i, n_i
+
+
+def attention_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """NU-PA1 for `out` (valid rows only, PA-25), NU-PA2 for `scores` (j < kv_len_i, i < num_seqs), and
+    exact zeros elsewhere in `scores` (PA-23)."""
+    x = case.inputs
+    n = int(x["num_seqs"])
+    cu = np.asarray(x["cu_q_lens"])
+    q_dtype = dtypes.dtype_name(x["q"].dtype)
+    kv_dtype = dtypes.dtype_name(x["k_pages"].dtype)
+    u_acc, u_cmp = tolerance.U_ACC, tolerance.u(q_dtype)
+    wider = kv_dtype not in QUANT_KV_DTYPES and tolerance.eps(kv_dtype) < tolerance.eps(q_dtype)
+    u_kv = u_cmp if kv_dtype in QUANT_KV_DTYPES or wider else 0.0
+    D = x["q"].shape[2]
+    c = 8.0
+    out_dtype = _out_dtype(actual.get("out"))
+    u_out = tolerance.u(out_dtype)
+    atol = np.zeros(expected["out"].shape[0])
+    rows = np.zeros(expected["out"].shape, dtype=bool)
+    score_rtol = np.zeros(expected["scores"].shape) if "scores" in expected else None
+    score_atol = np.zeros_like(score_rtol) if score_rtol is not None else None
+    for i in range(n):
+        V, S, n_i = _sequence_bounds(x, i)
+        E = S * (2 * u_kv + (c * math.sqrt(D) + 2) * u_acc)
+        if x.get("soft_cap"):
+            E += 4 * u_acc * float(x["soft_cap"])
+        atol[cu[i]:cu[i + 1]] = V * (2 * E + 2 * u_cmp + u_kv + c * math.sqrt(n_i) * u_acc + 4 * u_acc)
+        rows[cu[i]:cu[i + 1]] = True
+        if score_rtol is not None:
+            R = x["q"].shape[1] * int(cu[i + 1] - cu[i])
+            u_s = tolerance.u(_out_dtype(actual.get("scores")))
+            score_rtol[i] = 2 * E + 2 * u_cmp + c * (math.sqrt(n_i) + math.sqrt(R)) * u_acc + 2 * u_s
+            score_atol[i] = R * 2.0 ** -126
+    checks = {"out": (tolerance.reduction(out_dtype, atol[:, None, None], 2 * u_out,
+                                          f"NU-PA1: out {out_dtype}, q {q_dtype}, KV {kv_dtype}"), rows)}
+    if score_rtol is not None:
+        mask = np.zeros(expected["scores"].shape, dtype=bool)
+        kv_lens = np.asarray(x["kv_lens"])
+        for i in range(n):
+            if cu[i + 1] > cu[i]:
+                mask[i, :kv_lens[i]] = True
+        s_dtype = _out_dtype(actual.get("scores"))
+        checks["scores"] = (tolerance.reduction(s_dtype, score_atol, score_rtol, "NU-PA2"), mask)
+        checks["scores:zeros"] = (tolerance.ulp_bounded(s_dtype, 0, 0.0, "PA-23: exactly 0"), ~mask)
+    return checks
+
+
+def write_kv_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """Both pools exact, bit for bit (class E): stored values (PA-43, PA-44) and untouched rest (PA-45)."""
+    return {name: (tolerance.exact(), None) for name in expected}
+
+
+CHECKS = {"ragged_paged_attention": attention_checks, "write_kv": write_kv_checks}

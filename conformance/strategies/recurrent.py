@@ -1,0 +1,517 @@
+"""Strategies and comparison contract for the recurrent family (spec/recurrent.md, clauses RS-n).
+
+Ops: `causal_conv1d_update`, `selective_state_update` (Mamba1 and Mamba2), `ssd_chunked_scan`,
+`rwkv6_wkv`. Everything drawn stays inside the backend's claims: activation dtypes, pool dtypes
+(float32/float64 only, RS-6), features. Feature names (one features-matrix column each):
+
+    state_indices   explicit, shuffled slot indices (RS-2); without it row b uses slot b
+    padding_slots   -1 entries in state_indices (RS-3); needs state_indices too
+    multi_token     conv1d x of rank 3 [B, T, C] (RS-10)
+    bias, silu      conv1d bias / activation="silu" drawn (RS-11)
+    mamba2          rank-4 state with G >= 1 groups for selective_state_update (RS-16)
+    initial_states  has_initial_state with False rows over NaN/inf-filled slots (RS-5)
+    snapshots       num_snapshots > 0 for ssd_chunked_scan (RS-19)
+
+Poison (every don't-care location): pool rows no call addresses hold random data and whole NaN
+"canary" rows that must come back bit for bit (RS-4); the inputs of padding rows / padding sequences
+are NaN, since a padding row reads nothing (RS-3); rows of fresh sequences are NaN or +-inf (RS-5).
+Tested domain (spec/recurrent.md section 4): A < 0, dt' > 0 and moderate, RWKV w in (0, 1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from kvconform.backends.base import OpClaims
+from kvconform.reference import dtypes
+from kvconform.reference.recurrent.activations import silu
+from kvconform.reference.recurrent.selective_state import effective_dt
+
+from .. import tolerance
+from ..case import Case
+from .values import floats, pick, poison_value, seeds
+
+ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
+POOL_DTYPES = ("float32", "float64")          # RS-6: the only pool dtypes
+CHUNK_SIZES = (2, 1, 3, 4, 64)                # 64: one chunk per sequence; 1: token by token
+U_ACC = 2.0 ** -24                            # NU-3: accumulation in float32 or wider
+C_R = 2.0                                     # NU-6: c_R
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column of the features matrix: the options a differential test turns on."""
+    name: str
+    features: tuple[str, ...]
+    clauses: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_INDEXED = ("RS-2", "RS-4", "RS-7")
+_PADDED = ("RS-3", "RS-4")
+CONV_VARIANTS = (
+    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-10", "RS-11", "RS-12")),
+    Variant("state_indices", ("state_indices",), _INDEXED),
+    Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
+    Variant("multi_token", ("multi_token",), ("RS-10", "RS-11", "RS-12")),
+)
+SSU_VARIANTS = (
+    Variant("mamba1", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-14", "RS-15")),
+    Variant("mamba2", ("mamba2",), ("RS-16",)),
+    Variant("state_indices", ("state_indices",), _INDEXED),
+    Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
+)
+SSD_VARIANTS = (
+    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-14", "RS-16", "RS-17", "RS-18")),
+    Variant("state_indices", ("state_indices",), _INDEXED),
+    Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
+    Variant("initial_states", ("initial_states",), ("RS-5",)),
+    Variant("snapshots", ("snapshots",), ("RS-19",)),
+)
+RWKV_VARIANTS = (
+    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-17", "RS-20")),
+    Variant("state_indices", ("state_indices",), _INDEXED),
+    Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
+    Variant("initial_states", ("initial_states",), ("RS-5",)),
+)
+VARIANTS = {"causal_conv1d_update": CONV_VARIANTS, "selective_state_update": SSU_VARIANTS,
+            "ssd_chunked_scan": SSD_VARIANTS, "rwkv6_wkv": RWKV_VARIANTS}
+
+
+def _claimed(options, claimed, what: str, variant: Variant):
+    chosen = tuple(o for o in options if o in (claimed or ()))
+    if not chosen:
+        pytest.skip(f"unsupported: no claimed {what} for variant {variant.name} "
+                    f"(claims: {list(claimed or [])})")
+    return chosen
+
+
+def _dtypes(draw, claims: OpClaims, variant: Variant) -> tuple[str, str]:
+    act = pick(draw, _claimed(ACT_DTYPES, claims.dtypes, "activation dtype", variant), "dtype")
+    pool = pick(draw, _claimed(POOL_DTYPES, claims.kv_dtypes, "pool dtype", variant), "pool dtype")
+    return act, pool
+
+
+def _slots(draw, rows: int, variant: Variant) -> tuple[np.ndarray | None, int]:
+    """state_indices (None in the base column: row b uses slot b, RS-2) and num_slots.
+
+    Indices are a random injection into the pool (shuffled and shifted, RS-2/RS-7); the padding column
+    puts at least one -1 among them (RS-3). Spare slots stay unaddressed, holding canaries (RS-4)."""
+    if "state_indices" not in variant.features:
+        return None, rows + draw(st.integers(0, 1))
+    pads = draw(st.integers(1, rows)) if "padding_slots" in variant.features else 0
+    num_slots = rows - pads + draw(st.integers(1, 2))
+    live = list(draw(st.permutations(range(num_slots))))[:rows - pads]
+    order = draw(st.permutations(live + [-1] * pads))
+    return np.asarray(order, dtype=np.int32).reshape(-1), num_slots
+
+
+def _live_rows(idx, rows: int) -> np.ndarray:
+    return np.arange(rows) if idx is None else np.asarray(idx)
+
+
+def _pool(rng, shape, pool_dtype, idx, rows, fresh=None) -> np.ndarray:
+    """A pool whose unaddressed rows include whole-NaN canaries (RS-4) and whose fresh rows hold NaN or
+    +-inf, which a kernel must never read (RS-5)."""
+    pool = floats(rng, shape, pool_dtype)
+    used = {int(s) for s in _live_rows(idx, rows) if s >= 0}
+    for slot in range(shape[0]):
+        if slot not in used and rng.random() < 0.5:
+            pool[slot] = poison_value(pool_dtype)
+    if fresh is not None:
+        for s, slot in enumerate(_live_rows(idx, rows)):
+            if slot >= 0 and fresh[s]:
+                pool[slot] = rng.choice([np.nan, np.inf, -np.inf])
+    return pool
+
+
+def _positive(rng, shape, dtype, **kw):
+    return np.abs(floats(rng, shape, dtype, **kw))
+
+
+def _heads_groups(draw) -> tuple[int, int]:
+    # Shrinks towards G = 2, H = 4: the smallest shape where h // (H/G) and h % G differ (RS-16).
+    groups = draw(st.sampled_from((2, 1, 3)))
+    return groups * draw(st.sampled_from((2, 1, 3))), groups
+
+
+def _ssm_options(draw, rng, heads_shape, token_shape, act):
+    """D, z, dt_bias, dt_softplus of RS-14 … RS-16, each drawn on or off."""
+    kw = {}
+    if draw(st.booleans()):
+        kw["D"] = floats(rng, heads_shape, act)
+    if draw(st.booleans()):
+        kw["z"] = floats(rng, token_shape, act)
+    if draw(st.booleans()):
+        kw["dt_bias"] = _positive(rng, heads_shape, act, max_exp=-1)
+    kw["dt_softplus"] = draw(st.booleans())
+    return kw
+
+
+def _lengths(draw, max_seqs: int, max_len: int) -> tuple[list[int], np.ndarray]:
+    lengths = draw(st.lists(st.integers(0, max_len), min_size=1, max_size=max_seqs))
+    cu = np.zeros(len(lengths) + 1, dtype=np.int32)
+    cu[1:] = np.cumsum(lengths)
+    return lengths, cu
+
+
+def _fresh(draw, seqs: int, variant: Variant):
+    if "initial_states" not in variant.features:
+        return None
+    flags = draw(st.lists(st.booleans(), min_size=seqs, max_size=seqs))
+    flags[draw(st.integers(0, seqs - 1))] = True      # at least one fresh sequence
+    return np.asarray([not f for f in flags], dtype=bool)  # has_initial_state
+
+
+def _poison_tokens(arrays: dict, cu, idx, names) -> None:
+    """Padding sequences read nothing (RS-3): their tokens hold NaN."""
+    if idx is None:
+        return
+    for s in np.flatnonzero(np.asarray(idx) < 0):
+        for name in names:
+            if name in arrays:
+                arrays[name][cu[s]:cu[s + 1]] = poison_value(dtypes.dtype_name(arrays[name].dtype))
+
+
+# --- strategies ------------------------------------------------------------------------------------
+
+@st.composite
+def conv_cases(draw, claims: OpClaims, variant: Variant):
+    """A `causal_conv1d_update` call (RS-10 … RS-12) within `claims`."""
+    act, pool_dtype = _dtypes(draw, claims, variant)
+    rows = draw(st.integers(1, 3))
+    channels = draw(st.integers(1, 3))
+    width = draw(st.integers(max(1, int(claims.limits.get("min_width", 1))), 4))
+    steps = draw(st.integers(1, 3)) if "multi_token" in variant.features else None
+    idx, num_slots = _slots(draw, rows, variant)
+    kw = {}
+    use_bias = "bias" in claims.features and draw(st.booleans())
+    if "silu" in claims.features and draw(st.booleans()):
+        kw["activation"] = "silu"
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    x = floats(rng, (rows, channels) if steps is None else (rows, steps, channels), act)
+    if idx is not None:
+        x[idx < 0] = poison_value(act)
+    weight = floats(rng, (channels, width), act)
+    if use_bias:
+        kw["bias"] = floats(rng, (channels,), act)
+    conv_state = _pool(rng, (num_slots, channels, width - 1), pool_dtype, idx, rows)
+    if idx is not None:
+        kw["state_indices"] = idx
+    inputs = dict(x=x, conv_state=conv_state, weight=weight, **kw)
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows * (steps or 1), width=width,
+                  channels=channels, num_slots=num_slots, variant=variant.name)
+    return Case("causal_conv1d_update", inputs, params, seed)
+
+
+@st.composite
+def ssu_cases(draw, claims: OpClaims, variant: Variant):
+    """A `selective_state_update` call (RS-14 … RS-16): Mamba1, or Mamba2 in the mamba2 column (and in
+    the indexed columns when claimed)."""
+    act, pool_dtype = _dtypes(draw, claims, variant)
+    mamba2 = "mamba2" in variant.features or (
+        variant.features and "mamba2" in claims.features and draw(st.booleans()))
+    rows = draw(st.integers(1, 3))
+    n = draw(st.integers(1, 3))
+    idx, num_slots = _slots(draw, rows, variant)
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    if mamba2:
+        heads, groups = _heads_groups(draw)
+        p = draw(st.integers(1, 2))
+        state_shape, tok, hs, bc = (num_slots, heads, p, n), (rows, heads, p), (heads,), (rows, groups, n)
+        dt_shape = (rows, heads)
+    else:
+        dim = draw(st.integers(1, 4))
+        heads, groups, p = 1, 1, dim
+        state_shape, tok, hs, bc = (num_slots, dim, n), (rows, dim), (dim,), (rows, n)
+        dt_shape = (rows, dim)
+    kw = _ssm_options(draw, rng, hs, tok, act)
+    x = floats(rng, tok, act)
+    dt = _positive(rng, dt_shape, act, max_exp=0)
+    A = -_positive(rng, hs if mamba2 else (heads * p, n), act, max_exp=0)
+    B = floats(rng, bc, act)
+    C = floats(rng, bc, act)
+    state = _pool(rng, state_shape, pool_dtype, idx, rows)
+    if idx is not None:
+        for arr in (x, dt, B, C, kw.get("z")):
+            if arr is not None:
+                arr[idx < 0] = poison_value(act)
+        kw["state_indices"] = idx
+    inputs = dict(state=state, x=x, dt=dt, A=A, B=B, C=C, **kw)
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows, mamba2=bool(mamba2),
+                  heads=heads, groups=groups, p=p, n=n, num_slots=num_slots, variant=variant.name)
+    return Case("selective_state_update", inputs, params, seed)
+
+
+@st.composite
+def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4,
+              chunk_size: int | None = None):
+    """An `ssd_chunked_scan` call (RS-17 … RS-19): varlen with empty sequences, chunk sizes 1 … 64."""
+    act, pool_dtype = _dtypes(draw, claims, variant)
+    lengths, cu = _lengths(draw, max_seqs, max_len)
+    seqs, tokens = len(lengths), int(cu[-1])
+    heads, groups = _heads_groups(draw)
+    p = draw(st.integers(1, 2))
+    n = draw(st.integers(1, 3))
+    chunk = chunk_size or draw(st.sampled_from(CHUNK_SIZES))
+    idx, num_slots = _slots(draw, seqs, variant)
+    has_initial = _fresh(draw, seqs, variant)
+    snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act)
+    arrays = dict(x=floats(rng, (tokens, heads, p), act), dt=_positive(rng, (tokens, heads), act, max_exp=0),
+                  B=floats(rng, (tokens, groups, n), act), C=floats(rng, (tokens, groups, n), act))
+    if "z" in kw:
+        arrays["z"] = kw.pop("z")
+    _poison_tokens(arrays, cu, idx, ("x", "dt", "B", "C", "z"))
+    state = _pool(rng, (num_slots, heads, p, n), pool_dtype, idx, seqs,
+                  None if has_initial is None else ~has_initial)
+    A = -_positive(rng, (heads,), act, max_exp=0)
+    if idx is not None:
+        kw["state_indices"] = idx
+    if has_initial is not None:
+        kw["has_initial_state"] = has_initial
+    if snaps:
+        kw["num_snapshots"] = snaps
+    inputs = dict(state=state, A=A, cu_seqlens=cu, chunk_size=chunk, **arrays, **kw)
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
+                  heads=heads, groups=groups, p=p, n=n, chunk_size=chunk, num_slots=num_slots,
+                  num_snapshots=snaps, variant=variant.name)
+    return Case("ssd_chunked_scan", inputs, params, seed)
+
+
+@st.composite
+def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4):
+    """A `rwkv6_wkv` call (RS-20): varlen with empty sequences, w in (0, 1)."""
+    act, pool_dtype = _dtypes(draw, claims, variant)
+    lengths, cu = _lengths(draw, max_seqs, max_len)
+    seqs, tokens = len(lengths), int(cu[-1])
+    heads = draw(st.integers(1, 2))
+    dk = draw(st.integers(1, 3))
+    dv = draw(st.integers(1, 3))
+    idx, num_slots = _slots(draw, seqs, variant)
+    has_initial = _fresh(draw, seqs, variant)
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    arrays = dict(r=floats(rng, (tokens, heads, dk), act), k=floats(rng, (tokens, heads, dk), act),
+                  v=floats(rng, (tokens, heads, dv), act),
+                  w=_positive(rng, (tokens, heads, dk), act, min_exp=-3, max_exp=-1))
+    _poison_tokens(arrays, cu, idx, ("r", "k", "v", "w"))
+    kw = {}
+    if idx is not None:
+        kw["state_indices"] = idx
+    if has_initial is not None:
+        kw["has_initial_state"] = has_initial
+    state = _pool(rng, (num_slots, heads, dk, dv), pool_dtype, idx, seqs,
+                  None if has_initial is None else ~has_initial)
+    inputs = dict(**arrays, u=floats(rng, (heads, dk), act), state=state, cu_seqlens=cu, **kw)
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
+                  heads=heads, k=dk, v=dv, num_slots=num_slots, variant=variant.name)
+    return Case("rwkv6_wkv", inputs, params, seed)
+
+
+STRATEGIES = {"causal_conv1d_update": conv_cases, "selective_state_update": ssu_cases,
+              "ssd_chunked_scan": ssd_cases, "rwkv6_wkv": rwkv_cases}
+
+
+# --- comparison contract (spec/numerics.md, Recurrent) ---------------------------------------------
+
+def _out_dtype(arr) -> str:
+    name = dtypes.dtype_name(getattr(arr, "dtype", np.float64))
+    return name if dtypes.is_float_dtype(name) else "float64"
+
+
+def class_r(out_dtype: str, n: int, magnitude: float, what: str) -> tolerance.Tolerance:
+    """NU-R2: the general class-R bound of NU-6 with the family's reduction length n: atol = c_R * n *
+    u_acc * M (gamma_n of a sum of n terms in any order, M the largest term), rtol = 2 * u_out (one
+    rounding of the output plus one intermediate); the engine adds the NU-6 aggregate check."""
+    n = max(int(n), 1)
+    return tolerance.reduction(out_dtype, C_R * n * U_ACC * float(magnitude), 2.0 * tolerance.u(out_dtype),
+                               reason=f"NU-R2 class R ({what}): n={n}, M={magnitude:.3g}, c_R=2, "
+                                      f"u_acc=2^-24, rtol=2u({out_dtype})")
+
+
+def _zero(out_dtype: str, what: str) -> tolerance.Tolerance:
+    # A 0-ULP, 0-atol bound: only the value 0.0 passes, whatever dtype the backend returns (RS-3).
+    return tolerance.ulp_bounded(out_dtype, 0, 0.0, reason=f"NU-R1 class E: {what} are exactly 0.0 (RS-3)")
+
+
+def _untouched() -> tolerance.Tolerance:
+    return tolerance.exact("NU-R1 class E: rows not addressed and padding rows stay bitwise (RS-4)")
+
+
+def _amax(*arrays) -> float:
+    vals = [np.abs(np.asarray(a, dtype=np.float64)) for a in arrays if a is not None]
+    vals = [v[np.isfinite(v)] for v in vals]
+    return max((float(v.max()) for v in vals if v.size), default=0.0)
+
+
+def _split(expected: dict, actual: dict, name: str, part: str, mask, live, rest) -> dict:
+    """One field compared two ways: `live` over `mask`, `rest` elsewhere.
+
+    The engine takes one (tolerance, mask) per field name, so the second region is registered as a
+    derived field `name[part]` (the same arrays) in the field dicts it passes in."""
+    derived = f"{name}[{part}]"
+    expected[derived] = expected[name]
+    if name in actual:
+        actual[derived] = actual[name]
+    return {name: (live, mask), derived: (rest, ~mask)}
+
+
+def _pool_checks(expected, actual, name, slots, written: tolerance.Tolerance) -> dict:
+    """Written rows (the non-negative `slots`) within `written`; every other row exact (RS-4)."""
+    mask = np.zeros(np.shape(expected[name]), dtype=bool)
+    live = np.asarray(slots)
+    mask[live[live >= 0]] = True
+    return _split(expected, actual, name, "untouched", mask, written, _untouched())
+
+
+def _start_rows(x: dict, slots, pool_name: str, flags=None) -> np.ndarray:
+    """Starting state rows of live rows/sequences that read their slot (magnitudes for M)."""
+    pool = x[pool_name]
+    keep = [int(s) for i, s in enumerate(slots) if s >= 0 and (flags is None or flags[i])]
+    return pool[keep] if keep else np.zeros((0,) + pool.shape[1:], dtype=pool.dtype)
+
+
+def conv_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """out: class R, n = W (+1 with bias), on live rows; padding rows exactly 0 (RS-3).
+    conv_state: exact everywhere (NU-R1: windows are copies of inputs rounded once, RS-12)."""
+    x = case.inputs
+    rows = x["x"].shape[0]
+    slots = _live_rows(x.get("state_indices"), rows)
+    live = np.asarray(slots) >= 0
+    weight = x["weight"]
+    win = _amax(x["x"][live], _start_rows(x, slots, "conv_state"))
+    M = max(_amax(weight) * win, _amax(x.get("bias")))
+    n = weight.shape[1] + (x.get("bias") is not None)
+    mask = np.zeros(np.shape(expected["out"]), dtype=bool)
+    mask[live] = True
+    out_dtype = _out_dtype(actual.get("out"))
+    checks = _split(expected, actual, "out", "padding", mask,
+                    class_r(out_dtype, n, M, "conv output"),
+                    _zero(out_dtype, "padding outputs"))
+    checks["conv_state"] = (tolerance.exact("NU-R1 class E: conv windows are copies of inputs (RS-12)"), None)
+    return checks
+
+
+def ssu_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """out: class R, n = N + 1, live rows; padding rows 0. state: written rows class R (n = 2),
+    the rest exact (NU-R1, NU-R2)."""
+    x = case.inputs
+    rows = x["x"].shape[0]
+    slots = _live_rows(x.get("state_indices"), rows)
+    live = np.asarray(slots) >= 0
+    dtp = effective_dt(np.asarray(x["dt"], np.float64)[live],
+                       None if x.get("dt_bias") is None else np.asarray(x["dt_bias"], np.float64),
+                       bool(x.get("dt_softplus", False)))
+    if np.ndim(x["state"]) == 4:
+        dtp = dtp[..., None]
+    xs = np.asarray(x["x"], np.float64)[live]
+    M_state = max(_amax(_start_rows(x, slots, "state")), _amax(dtp * xs) * _amax(x["B"][live]))
+    gate = max(1.0, _amax(silu(x["z"][live]))) if x.get("z") is not None else 1.0
+    dx = 0.0 if x.get("D") is None else _amax(x["D"]) * _amax(xs)
+    M_out = max(M_state * _amax(x["C"][live]), dx) * gate
+    n_state = x["state"].shape[-1]
+    mask = np.zeros(np.shape(expected["out"]), dtype=bool)
+    mask[live] = True
+    out_dtype = _out_dtype(actual.get("out"))
+    checks = _split(expected, actual, "out", "padding", mask,
+                    class_r(out_dtype, n_state + 1, M_out, "SSU output"),
+                    _zero(out_dtype, "padding outputs"))
+    pool_dtype = dtypes.dtype_name(x["state"].dtype)
+    checks.update(_pool_checks(expected, actual, "state", slots,
+                               class_r(pool_dtype, 2, M_state, "SSU state")))
+    return checks
+
+
+def _varlen(x: dict):
+    cu = np.asarray(x["cu_seqlens"])
+    seqs = cu.shape[0] - 1
+    slots = _live_rows(x.get("state_indices"), seqs)
+    flags = x.get("has_initial_state")
+    flags = np.ones(seqs, dtype=bool) if flags is None else np.asarray(flags)
+    token_live = np.zeros(int(cu[-1]), dtype=bool)
+    for s in range(seqs):
+        if slots[s] >= 0:
+            token_live[cu[s]:cu[s + 1]] = True
+    lengths = np.diff(cu)
+    longest = int(max((lengths[s] for s in range(seqs) if slots[s] >= 0), default=0))
+    return cu, seqs, slots, flags, token_live, lengths, longest
+
+
+def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """out: class R, n = L * N (+1 for D x), live tokens; padding tokens 0. state: written rows class
+    R (n = L * N), the rest exact. snapshots: r <= L_s class R like states (NU-R4), padding sequences
+    0, r > L_s never compared (RS-19)."""
+    x = case.inputs
+    cu, seqs, slots, flags, token_live, lengths, longest = _varlen(x)
+    dtp = effective_dt(np.asarray(x["dt"], np.float64)[token_live],
+                       None if x.get("dt_bias") is None else np.asarray(x["dt_bias"], np.float64),
+                       bool(x.get("dt_softplus", False)))
+    xs = np.asarray(x["x"], np.float64)[token_live]
+    S0 = _amax(_start_rows(x, slots, "state", flags))
+    M_state = max(S0, _amax(dtp[..., None] * xs) * _amax(x["B"][token_live]))
+    gate = max(1.0, _amax(silu(x["z"][token_live]))) if x.get("z") is not None else 1.0
+    dx = 0.0 if x.get("D") is None else _amax(x["D"]) * _amax(xs)
+    M_out = max(M_state * _amax(x["C"][token_live]), dx) * gate
+    n_state = x["state"].shape[-1]
+    n = longest * n_state
+    mask = np.zeros(np.shape(expected["out"]), dtype=bool)
+    mask[token_live] = True
+    out_dtype = _out_dtype(actual.get("out"))
+    checks = _split(expected, actual, "out", "padding", mask,
+                    class_r(out_dtype, n + 1, M_out, "SSD output"),
+                    _zero(out_dtype, "padding outputs"))
+    pool_dtype = dtypes.dtype_name(x["state"].dtype)
+    checks.update(_pool_checks(expected, actual, "state", slots,
+                               class_r(pool_dtype, n, M_state, "SSD state")))
+    snaps = np.shape(expected["snapshots"])
+    if snaps[1]:
+        live = np.zeros(snaps, dtype=bool)
+        pad = np.zeros(snaps, dtype=bool)
+        for s in range(seqs):
+            if slots[s] >= 0:
+                live[s, :lengths[s] + 1] = True
+            else:
+                pad[s] = True
+        expected["snapshots[padding]"] = expected["snapshots"]
+        if "snapshots" in actual:
+            actual["snapshots[padding]"] = actual["snapshots"]
+        checks["snapshots"] = (class_r(pool_dtype, n, M_state, "SSD snapshots"),
+                               live)
+        checks["snapshots[padding]"] = (_zero(pool_dtype, "padding snapshots"), pad)
+    return checks
+
+
+def rwkv_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """out: class R, n = L * K, live tokens; padding tokens 0. state: written rows class R (n = L * K),
+    the rest exact (NU-R2: terms r S0, r k v and the bonus r u k v; decays in (0, 1) only shrink them)."""
+    x = case.inputs
+    cu, seqs, slots, flags, token_live, lengths, longest = _varlen(x)
+    S0 = _amax(_start_rows(x, slots, "state", flags))
+    kv = _amax(x["k"][token_live]) * _amax(x["v"][token_live])
+    M_state = max(S0, kv)
+    M_out = _amax(x["r"][token_live]) * max(S0, kv * max(1.0, _amax(x["u"])))
+    n = longest * x["state"].shape[2]
+    mask = np.zeros(np.shape(expected["out"]), dtype=bool)
+    mask[token_live] = True
+    out_dtype = _out_dtype(actual.get("out"))
+    checks = _split(expected, actual, "out", "padding", mask,
+                    class_r(out_dtype, n, M_out, "RWKV6 output"),
+                    _zero(out_dtype, "padding outputs"))
+    pool_dtype = dtypes.dtype_name(x["state"].dtype)
+    checks.update(_pool_checks(expected, actual, "state", slots,
+                               class_r(pool_dtype, n, M_state, "RWKV6 state")))
+    return checks
+
+
+CHECKS = {"causal_conv1d_update": conv_checks, "selective_state_update": ssu_checks,
+          "ssd_chunked_scan": ssd_checks, "rwkv6_wkv": rwkv_checks}

@@ -1,0 +1,246 @@
+"""Strategies and comparison contract for the rotation family (spec/rotation.md).
+
+Ops: `rotate_keys` (LUT form, RO-9) and `shift_keys` (theta form, RO-10). Drawn within the backend's
+claims: cache dtypes (`kv_dtypes`), LUT dtypes (`dtypes`), page sizes, head dims, pair layouts
+(`layouts`: "half", "interleaved") and the features "per_block_deltas" ([n, 1]), "per_token_deltas"
+([n, page_size]), "partial_rotary" (rotary_dim < D) and "negative_deltas" (shift_keys, delta < 0).
+Block indices are a shuffled subset of the pool (RO-8). NaN poison sits only where RO-1 says the data is
+copied unchanged (unlisted pages, dims >= rotary_dim of listed pages), so those are compared exactly;
+a few whole token slots of listed pages are poisoned too (an unfilled slot is rotated, RO-1) and their
+rotated pairs are left out of the comparison (NU-RO5), which still checks that NaN does not spread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from kvconform import reference
+from kvconform.backends.base import OpClaims
+from kvconform.reference import dtypes
+
+from .. import tolerance
+from ..case import Case
+from .values import floats, pick, poison_value, seeds
+
+CACHE_DTYPES = ("float32", "bfloat16", "float16", "float64")
+LUT_DTYPES = ("float32", "float64", "bfloat16", "float16")
+LAYOUTS = ("half", "interleaved")
+DEFAULT_PAGE_SIZES = (2, 1, 4, 3)     # used when any page size is claimed; 3 is not a power of two
+DEFAULT_HEAD_DIMS = (4, 8, 6)
+THETAS = (10000.0, 100.0, 500000.0)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column of the features matrix of this family."""
+    name: str
+    features: tuple[str, ...]
+    clauses: tuple[str, ...]
+    per_token: bool = False
+    partial: bool = False
+    negative: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+
+ROTATE_VARIANTS = (
+    Variant("per_block", ("per_block_deltas",), ("RO-7",)),
+    Variant("per_token", ("per_token_deltas",), ("RO-7",), per_token=True),
+    Variant("partial_rotary", ("per_block_deltas", "partial_rotary"), ("RO-1", "RO-2"), partial=True),
+)
+SHIFT_VARIANTS = ROTATE_VARIANTS + (
+    Variant("negative_deltas", ("per_token_deltas", "negative_deltas"), ("RO-10",), per_token=True,
+            negative=True),
+)
+
+
+def _claimed(options, claimed, what: str, variant: Variant):
+    chosen = tuple(o for o in options if o in (claimed or ()))
+    if not chosen:
+        pytest.skip(f"unsupported: no claimed {what} for variant {variant.name} "
+                    f"(claims: {list(claimed or [])})")
+    return chosen
+
+
+@st.composite
+def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 4):
+    """Shared part of both ops: pool shape, dims, listed pages (shuffled), the pool with poison."""
+    kv_dtype = pick(draw, _claimed(CACHE_DTYPES, claims.kv_dtypes, "cache dtype", variant), "cache dtype")
+    layout = pick(draw, _claimed(LAYOUTS, claims.layouts, "pair layout", variant), "layout")
+    page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
+    head_dims = claims.head_dims or DEFAULT_HEAD_DIMS
+    if variant.partial:
+        head_dims = tuple(d for d in head_dims if d >= 4)
+        if not head_dims:
+            pytest.skip("unsupported: partial rotary needs a claimed head dim >= 4")
+    head_dim = pick(draw, head_dims, "head dim")
+    if variant.partial:
+        rotary_dim = 2 * draw(st.integers(1, head_dim // 2 - 1))
+    else:
+        rotary_dim = draw(st.sampled_from((None, head_dim)))   # RO-2: the default is D
+    hkv = draw(st.integers(1, 2))
+    n = draw(st.integers(1, max_pages - 1)) if draw(st.integers(0, 9)) else 0   # n = 0 is allowed (RO-8)
+    num_pages = n + draw(st.integers(0, 2))
+    num_pages = max(num_pages, 1)
+    order = draw(st.permutations(range(num_pages)))
+    idx = np.asarray(order[:n], dtype=np.int32)
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
+    bad = poison_value(kv_dtype)
+    listed = np.zeros(num_pages, dtype=bool)
+    listed[idx] = True
+    # Copied elements keep poison bit for bit (RO-1): unlisted pages and dims >= rotary_dim.
+    junk = rng.random(k_pages.shape) < 0.3
+    rd = head_dim if rotary_dim is None else rotary_dim
+    junk[listed, :, :, :rd] = False
+    k_pages[junk] = bad
+    if n and draw(st.booleans()):
+        # An unfilled slot of a listed page is still rotated (RO-1); its pairs are not compared (NU-RO5).
+        k_pages[idx[rng.integers(0, n)], rng.integers(0, page_size), :, :rd] = bad
+    width = page_size if variant.per_token else 1
+    return dict(kv_dtype=kv_dtype, layout=layout, page_size=page_size, head_dim=head_dim,
+                rotary_dim=rotary_dim, hkv=hkv, n=n, idx=idx, k_pages=k_pages, rng=rng, seed=seed,
+                width=width)
+
+
+def _options(p: dict) -> dict:
+    out = {"layout": p["layout"]}
+    if p["rotary_dim"] is not None:
+        out["rotary_dim"] = p["rotary_dim"]
+    return out
+
+
+def _params(p: dict, variant: Variant, **extra) -> dict:
+    return dict(kv_dtype=p["kv_dtype"], page_size=p["page_size"], head_dim=p["head_dim"], hkv=p["hkv"],
+                layout=p["layout"], rotary_dim=p["rotary_dim"] or p["head_dim"], blocks=p["n"],
+                tokens=p["n"] * p["page_size"], variant=variant.name, **extra)
+
+
+@st.composite
+def rotate_keys_cases(draw, claims: OpClaims, variant: Variant, *, max_rows: int = 4):
+    """A valid `rotate_keys` call: LUT rows of `reference.rerotation_lut` (RO-6) stored in a claimed
+    dtype (used as given, RO-9), per-block or per-token rows (RO-7) in [0, rows)."""
+    p = draw(_layout_and_pool(claims, variant))
+    lut_dtype = pick(draw, _claimed(LUT_DTYPES, claims.dtypes, "LUT dtype", variant), "LUT dtype")
+    theta = draw(st.sampled_from(THETAS))
+    rows = draw(st.integers(1, max_rows))
+    rd = p["rotary_dim"] or p["head_dim"]
+    lut = reference.rerotation_lut(rows, rd, theta=theta, block_size=p["page_size"])
+    lut = lut.astype(dtypes.resolve_dtype(lut_dtype))
+    deltas = p["rng"].integers(0, rows, size=(p["n"], p["width"])).astype(np.int32)
+    inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], rotation_deltas=deltas,
+                  trig_lut=lut, **_options(p))
+    return Case("rotate_keys", inputs, _params(p, variant, dtype=lut_dtype, lut_rows=rows, theta=theta),
+                p["seed"])
+
+
+@st.composite
+def shift_keys_cases(draw, claims: OpClaims, variant: Variant):
+    """A valid `shift_keys` call: deltas in tokens, non-negative unless the variant is negative_deltas
+    (RO-10), mostly small with a few large shifts (the float32 angle error grows with |delta|, NU-RO3)."""
+    p = draw(_layout_and_pool(claims, variant))
+    theta = draw(st.sampled_from(THETAS))
+    big = draw(st.sampled_from((8, 64, 5000)))
+    lo = -big if variant.negative else 0
+    deltas = p["rng"].integers(lo, big + 1, size=(p["n"], p["width"])).astype(np.int32)
+    inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], position_deltas=deltas,
+                  theta=theta, **_options(p))
+    dtype = p["kv_dtype"]
+    return Case("shift_keys", inputs, _params(p, variant, dtype=dtype, theta=theta), p["seed"])
+
+
+# --- comparison contract (spec/numerics.md, "Rotation") -------------------------------------------
+
+def pair_dims(layout: str, rotary_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """RO-2: the first and second dim of each pair."""
+    j = np.arange(rotary_dim // 2)
+    if layout == "half":
+        return j, j + rotary_dim // 2
+    return 2 * j, 2 * j + 1
+
+
+def rotation_regions(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rotated, comparable, m) over the pool: `rotated` marks elements of listed pages in pairs (RO-1),
+    `comparable` everything except rotated pairs holding a non-finite input (NU-RO5), `m` = max(|x|, |y|)
+    of each element's pair (NU-RO2)."""
+    x = case.inputs
+    k = dtypes.upcast(np.asarray(x["k_pages"]))
+    head_dim = k.shape[-1]
+    rd = x.get("rotary_dim") or head_dim
+    first, second = pair_dims(x.get("layout", "half"), rd)
+    idx = np.asarray(x["rotated_block_indices"], dtype=np.int64)
+    rotated = np.zeros(k.shape, dtype=bool)
+    rotated[idx[:, None], :, :, np.concatenate([first, second])[None, :]] = True
+    with np.errstate(invalid="ignore"):
+        pair_m = np.maximum(np.abs(k[..., first]), np.abs(k[..., second]))
+    m = np.zeros(k.shape)
+    m[..., first] = pair_m
+    m[..., second] = pair_m
+    finite = np.isfinite(m)
+    comparable = ~rotated | finite
+    return rotated, comparable, np.where(finite, m, 0.0)
+
+
+def _out_dtype(actual) -> str:
+    name = dtypes.dtype_name(getattr(actual, "dtype", np.float64))
+    return name if dtypes.is_float_dtype(name) else "float64"
+
+
+def _unit_roundoff(name: str) -> float:
+    return tolerance.eps(name) / 2 if tolerance.eps(name) else 2.0 ** -53
+
+
+def _class_u(case: Case, expected, actual, extra_per_m: np.ndarray | float, reason: str):
+    """Class U with a per-element allowance: rotated elements get ulp_O(ref) + extra * m, copied ones
+    nothing (class E on values, NU-RO1). The ulp term is folded into atol so that it is zero on copies."""
+    out = _out_dtype(actual)
+    rotated, comparable, m = rotation_regions(case)
+    ref = np.asarray(expected, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        allowed = np.where(rotated, tolerance.ulp(np.nan_to_num(ref), out) + extra_per_m * m, 0.0)
+    tol = tolerance.Tolerance("ulp", atol=allowed, n_ulp=0.0, out_dtype=out,
+                              reason=f"{reason}; copies exact (NU-RO1); out {out}")
+    return tol, comparable
+
+
+def exact_identity(case: Case) -> bool:
+    return bool(case.params.get("exact_identity"))
+
+
+def rotate_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """rotate_keys: class U of NU-RO2 on rotated pairs, `ulp_O(ref) + 4 u m`; copies exact.
+    Identities that NU-RO1 declares bitwise (broadcast, permutation, heads) compare exactly."""
+    if exact_identity(case):
+        _, comparable, _ = rotation_regions(case)
+        return {"out": (tolerance.exact(f"class E: {case.params['exact_identity']} (NU-RO1)"), comparable)}
+    u = _unit_roundoff(_out_dtype(actual.get("out")))
+    tol, mask = _class_u(case, expected["out"], actual.get("out"), 4.0 * u,
+                         "class U (NU-RO2): ulp_O(ref) + 4 u m, m = max(|x|,|y|) of the pair")
+    return {"out": (tol, mask)}
+
+
+def shift_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """shift_keys: class U of NU-RO3 on rotated pairs, `ulp_O(ref) + m (6u + 3u |delta|)`; copies exact."""
+    if exact_identity(case):
+        _, comparable, _ = rotation_regions(case)
+        return {"out": (tolerance.exact(f"class E: {case.params['exact_identity']} (NU-RO1)"), comparable)}
+    u = _unit_roundoff(_out_dtype(actual.get("out")))
+    x = case.inputs
+    k_shape = np.asarray(x["k_pages"]).shape
+    per_token = np.zeros(k_shape[:2])
+    d = np.abs(np.asarray(x["position_deltas"], dtype=np.float64))
+    idx = np.asarray(x["rotated_block_indices"], dtype=np.int64)
+    per_token[idx] = np.broadcast_to(d, (idx.shape[0], k_shape[1]))
+    extra = 6.0 * u + 3.0 * u * per_token[:, :, None, None]
+    tol, mask = _class_u(case, expected["out"], actual.get("out"), extra,
+                         "class U (NU-RO3): ulp_O(ref) + m (6u + 3u |delta|), angle formed in the output "
+                         "precision")
+    return {"out": (tol, mask)}
+
+
+CHECKS = {"rotate_keys": rotate_checks, "shift_keys": shift_checks}

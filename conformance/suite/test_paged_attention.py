@@ -1,0 +1,336 @@
+"""Conformance suite for spec/paged_attention.md: `ragged_paged_attention` and `write_kv`.
+
+Layers: hand-worked golden cases (expected values from the arithmetic written here), Hypothesis
+differential tests against the reference (one per features-matrix column), oracle-free properties
+(physical page placement, batch independence) and a stateful append/attend machine.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvconform.conformance.case import Case
+from kvconform.conformance.harness import conformance_test
+from kvconform.conformance.strategies import paged_attention as pa
+
+BASE_CLAUSES = pa.ATTENTION_VARIANTS[0].clauses
+ALL_ATTENTION_CLAUSES = tuple(sorted({c for v in pa.ATTENTION_VARIANTS for c in v.clauses}))
+ALL_WRITE_CLAUSES = tuple(sorted({c for v in pa.WRITE_VARIANTS for c in v.clauses}))
+F32, NAN = np.float32, np.nan
+
+
+# --- golden cases ----------------------------------------------------------------------------------
+
+def _one_seq(q_rows, keys, values, *, page_size=2, kv_dtype=np.float32, pad_rows=0, **options):
+    """A single sequence: q [q_len, Hq, D], keys/values [kv_len, Hkv, D] laid out on pages 1.. (page 0
+    and the tail of the last page hold NaN poison, PA-24), with `pad_rows` NaN rows after q (PA-25)."""
+    q = np.asarray(q_rows, dtype=np.float32)
+    k = np.asarray(keys, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    kv_len, hkv, d = k.shape
+    n_pages = -(-kv_len // page_size)
+    k_pages = np.full((n_pages + 1, page_size, hkv, d), NAN, dtype=np.float32)
+    v_pages = np.full_like(k_pages, NAN)
+    for j in range(kv_len):   # token j on physical page n_pages - j // page_size (reversed table)
+        k_pages[n_pages - j // page_size, j % page_size] = k[j]
+        v_pages[n_pages - j // page_size, j % page_size] = v[j]
+    table = np.array([[n_pages - p for p in range(n_pages)]], dtype=np.int32)
+    if pad_rows:
+        q = np.concatenate([q, np.full((pad_rows,) + q.shape[1:], NAN, dtype=np.float32)])
+    inputs = dict(q=q, k_pages=k_pages.astype(kv_dtype), v_pages=v_pages.astype(kv_dtype),
+                  kv_lens=np.array([kv_len], np.int32), page_indices=table,
+                  cu_q_lens=np.array([0, len(q_rows)], np.int32), num_seqs=1, **options)
+    return Case("ragged_paged_attention", inputs, {"dtype": "float32", "kv_dtype": np.dtype(kv_dtype).name})
+
+
+def _softmax_mix(logits, values, sink=None):
+    """sum_j e^{s_j} v_j / (sum_j e^{s_j} [+ e^{sink}]), written out for the hand-worked cases."""
+    weights = [math.exp(s) for s in logits]
+    total = sum(weights) + (math.exp(sink) if sink is not None else 0.0)
+    return [sum(w * v[i] for w, v in zip(weights, values)) / total for i in range(len(values[0]))]
+
+
+def golden_decode_two_keys():
+    # s = [0, 2] with sm_scale 1: out = (1*v0 + e^2*v1) / (1 + e^2)   (PA-7, PA-14)
+    case = _one_seq([[[1, 0]]], [[[0, 0]], [[2, 0]]], [[[1, 0]], [[0, 1]]], sm_scale=1.0, pad_rows=1)
+    return case, [[_softmax_mix([0, 2], [[1, 0], [0, 1]])]]
+
+
+def golden_prefill_causal():
+    # q_len 2 = kv_len: row 0 (position 0) sees key 0 only -> v0; row 1 sees both (PA-6, PA-7)
+    case = _one_seq([[[1, 0]], [[1, 0]]], [[[0, 0]], [[2, 0]]], [[[1, 0]], [[0, 1]]], sm_scale=1.0)
+    return case, [[[1.0, 0.0]], [_softmax_mix([0, 2], [[1, 0], [0, 1]])]]
+
+
+def golden_gqa():
+    # Hq 4, Hkv 2, one key: heads 0, 1 read KV head 0 (v = [1, 0]); heads 2, 3 read KV head 1 (PA-12)
+    case = _one_seq([[[1, 0], [1, 0], [1, 0], [1, 0]]], [[[0, 0], [0, 0]]], [[[1, 0], [0, 1]]])
+    return case, [[[1, 0], [1, 0], [0, 1], [0, 1]]]
+
+
+def golden_sliding_window():
+    # kv_len 3, decode row at position 2, W = 2: keys 1 and 2 visible, equal logits -> (v1 + v2) / 2 (PA-15)
+    case = _one_seq([[[1, 0]]], [[[0, 0]]] * 3, [[[4, 0]], [[0, 2]], [[0, 6]]], sliding_window=2)
+    return case, [[[0.0, 4.0]]]
+
+
+def golden_sinks():
+    # one key with logit 0 and a sink logit 0: the sink takes half the mass, out = v / 2 (PA-17)
+    case = _one_seq([[[1, 0]]], [[[0, 0]]], [[[2, 4]]], sinks=np.array([0.0], np.float32))
+    return case, [[[1.0, 2.0]]]
+
+
+def golden_soft_cap():
+    # s = [0, 1000] capped at 5: 5 * tanh(200) = 5 in float64, out = (v0 + e^5 v1) / (1 + e^5) (PA-16)
+    case = _one_seq([[[1000, 0]]], [[[0, 0]], [[1, 0]]], [[[1, 0]], [[0, 1]]], sm_scale=1.0, soft_cap=5.0)
+    return case, [[_softmax_mix([0, 5.0 * math.tanh(200.0)], [[1, 0], [0, 1]])]]
+
+
+def golden_fp8_scale():
+    # float8_e4m3fn pages hold k = 0, v = 1.5; scales 2: dequantized v = 3 for the only key (PA-18, PA-19)
+    case = _one_seq([[[1, 0]]], [[[0, 0]]], [[[1.5, -1.5]]], kv_dtype=ml_dtypes.float8_e4m3fn,
+                    k_scale=2.0, v_scale=2.0)
+    case.params["kv_dtype"] = "float8_e4m3fn"
+    return case, [[[3.0, -3.0]]]
+
+
+ATTENTION_GOLDENS = {
+    "decode_two_keys": (golden_decode_two_keys, ("PA-7", "PA-14", "PA-25"), ()),
+    "prefill_causal": (golden_prefill_causal, ("PA-6", "PA-7"), ()),
+    "gqa": (golden_gqa, ("PA-12",), ()),
+    "sliding_window": (golden_sliding_window, ("PA-15",), ("sliding_window",)),
+    "sinks": (golden_sinks, ("PA-17",), ("sinks",)),
+    "soft_cap": (golden_soft_cap, ("PA-16",), ("soft_cap",)),
+    "fp8_scale": (golden_fp8_scale, ("PA-18", "PA-19"), ("quantized_kv",)),
+}
+
+
+@conformance_test(op="ragged_paged_attention", layer="golden",
+                  clauses=sorted({c for _, cl, _ in ATTENTION_GOLDENS.values() for c in cl} | {"PA-24"}))
+@pytest.mark.parametrize("name", sorted(ATTENTION_GOLDENS))
+def test_attention_golden(kvc, name):
+    build, clauses, features = ATTENTION_GOLDENS[name]
+    kvc.cite(*clauses, "PA-24")
+    claims = kvc.claims(features=features)
+    case, rows = build()
+    kvc.require(claims, dtype="float32", kv_dtype=case.params["kv_dtype"],
+                page_size=case.inputs["k_pages"].shape[1], head_dim=case.inputs["q"].shape[2])
+    expected = np.zeros(case.inputs["q"].shape)
+    expected[:len(rows)] = rows
+    actual = kvc.call(case)
+    kvc.expect(case, actual, expected, what="hand-worked value")
+
+
+def _write_golden_pages(dtype, page_size=2):
+    return np.zeros((2, page_size, 1, 1), dtype=dtype)
+
+
+def golden_write_slots():
+    # slots [3, -1, 0] on 2 pages of 2: token 0 -> page 1 offset 1, token 1 skipped, token 2 -> page 0
+    # offset 0: the k pool in slot order 0..3 becomes [5, 0, 0, 3], v its negation (PA-41, PA-43)
+    pages = _write_golden_pages(np.float32)
+    k = np.array([[[3]], [[NAN]], [[5]]], np.float32)
+    case = Case("write_kv", dict(k_pages=pages, v_pages=pages.copy(), k=k, v=-k,
+                                 slot_mapping=np.array([3, -1, 0], np.int32)), {"dtype": "float32",
+                                                                                 "kv_dtype": "float32"})
+    k_expect = np.array([5, 0, 0, 3], np.float32).reshape(2, 2, 1, 1)
+    v_expect = np.array([-5, 0, 0, -3], np.float32).reshape(2, 2, 1, 1)   # +0.0 stays +0.0
+    return case, {"k_pages": k_expect, "v_pages": v_expect}
+
+
+def golden_write_fp8_rounding():
+    # e4m3fn near 1 has spacing 1/8: 1.0625 is a tie -> 1.0 (even mantissa), 1.1875 a tie -> 1.25,
+    # 1000 saturates to 448; with scale 2, 3.0 / 2 = 1.5 exactly (PA-44)
+    fp8 = ml_dtypes.float8_e4m3fn
+    pages = _write_golden_pages(fp8)
+    k = np.array([[[1.0625]], [[1.1875]], [[1000.0]], [[-1000.0]]], np.float32)
+    case = Case("write_kv", dict(k_pages=pages, v_pages=pages.copy(), k=k, v=k * 3,
+                                 slot_mapping=np.array([0, 1, 2, 3], np.int32), k_scale=1.0, v_scale=2.0),
+                {"dtype": "float32", "kv_dtype": "float8_e4m3fn"})
+    k_expect = np.array([1.0, 1.25, 448.0, -448.0]).astype(fp8).reshape(2, 2, 1, 1)
+    # v = 3k / 2: 1.59375 -> 1.625 (spacing 1/8: 1.5, 1.625; 1.59375 is nearer 1.625), 1.78125 -> 1.75,
+    # 1500 -> 448, -1500 -> -448
+    v_expect = np.array([1.625, 1.75, 448.0, -448.0]).astype(fp8).reshape(2, 2, 1, 1)
+    return case, {"k_pages": k_expect, "v_pages": v_expect}
+
+
+WRITE_GOLDENS = {
+    "slots_and_skip": (golden_write_slots, ("PA-41", "PA-43", "PA-45"), ()),
+    "fp8_rounding": (golden_write_fp8_rounding, ("PA-44",), ("quantized_kv",)),
+}
+
+
+@conformance_test(op="write_kv", layer="golden", clauses=("PA-41", "PA-43", "PA-44", "PA-45"))
+@pytest.mark.parametrize("name", sorted(WRITE_GOLDENS))
+def test_write_kv_golden(kvc, name):
+    build, clauses, features = WRITE_GOLDENS[name]
+    kvc.cite(*clauses)
+    claims = kvc.claims(features=features)
+    case, expected = build()
+    kvc.require(claims, dtype="float32", kv_dtype=case.params["kv_dtype"], page_size=2, head_dim=1)
+    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+
+
+# --- differential ----------------------------------------------------------------------------------
+
+@conformance_test(op="ragged_paged_attention", layer="differential", clauses=ALL_ATTENTION_CLAUSES)
+@pytest.mark.parametrize("variant", pa.ATTENTION_VARIANTS, ids=str)
+def test_attention_differential(kvc, variant):
+    kvc.cite(*dict.fromkeys(BASE_CLAUSES + variant.clauses))
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(pa.attention_cases(claims, variant), kvc.check)
+
+
+@conformance_test(op="write_kv", layer="differential", clauses=ALL_WRITE_CLAUSES)
+@pytest.mark.parametrize("variant", pa.WRITE_VARIANTS, ids=str)
+def test_write_kv_differential(kvc, variant):
+    kvc.cite(*dict.fromkeys(pa.WRITE_VARIANTS[0].clauses + variant.clauses))
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(pa.write_kv_cases(claims, variant), kvc.check)
+
+
+# --- oracle-free properties ------------------------------------------------------------------------
+
+def _permute_pages(case: Case, perm: list[int]) -> Case:
+    """Move physical page p to perm[p] and rewrite the table: the logical cache is unchanged."""
+    x = dict(case.inputs)
+    inverse = np.argsort(perm)
+    x["k_pages"] = case.inputs["k_pages"][inverse]
+    x["v_pages"] = case.inputs["v_pages"][inverse]
+    x["page_indices"] = np.asarray(perm, dtype=np.int32)[case.inputs["page_indices"]]
+    return Case(case.op, x, dict(case.params, permuted=True), case.seed)
+
+
+@st.composite
+def _with_permutation(draw, claims):
+    case = draw(pa.attention_cases(claims, pa.ATTENTION_VARIANTS[0]))
+    perm = draw(st.permutations(range(case.inputs["k_pages"].shape[0])))
+    return case, list(perm)
+
+
+@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-10",))
+def test_attention_page_placement_invariance(kvc):
+    """Where pages sit in the pool does not change the result (PA-10): compare two backend runs."""
+    claims = kvc.claims()
+
+    def body(drawn):
+        case, perm = drawn
+        first = kvc.call(case)
+        moved = _permute_pages(case, perm)
+        kvc.expect(moved, kvc.call(moved), first, what="run before the pages were moved")
+    kvc.for_all(_with_permutation(claims), body, budget=0.5)
+
+
+def _single_sequence(case: Case, i: int) -> Case:
+    x = dict(case.inputs)
+    cu = case.inputs["cu_q_lens"]
+    lo, hi = int(cu[i]), int(cu[i + 1])
+    x["q"] = case.inputs["q"][lo:hi]
+    x["kv_lens"] = case.inputs["kv_lens"][i:i + 1]
+    x["page_indices"] = case.inputs["page_indices"][i:i + 1]
+    x["cu_q_lens"] = np.array([0, hi - lo], np.int32)
+    x["num_seqs"] = 1
+    return Case(case.op, x, dict(case.params, alone=i), case.seed)
+
+
+@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-5", "PA-11"))
+def test_attention_batch_independence(kvc):
+    """A sequence's rows do not depend on the other sequences of the batch (PA-5, PA-11)."""
+    claims = kvc.claims()
+
+    def body(case):
+        batch = kvc.call(case)
+        cu = case.inputs["cu_q_lens"]
+        for i in range(int(case.inputs["num_seqs"])):
+            if cu[i + 1] > cu[i]:
+                alone = _single_sequence(case, i)
+                kvc.expect(alone, batch[cu[i]:cu[i + 1]], kvc.call(alone),
+                           what=f"rows of sequence {i} computed alone")
+    kvc.for_all(pa.attention_cases(claims, pa.ATTENTION_VARIANTS[0]), body, budget=0.5)
+
+
+# --- stateful: append tokens with write_kv, attend with ragged_paged_attention ----------------------
+
+@conformance_test(op="write_kv", layer="stateful", clauses=("PA-43", "PA-45", "PA-7", "PA-10"))
+def test_append_and_attend_state_machine(kvc):
+    """Sequences grow by write_kv on the backend's own cache and are attended from it; the reference
+    model does the same on its cache. Pools stay bitwise equal, outputs within tolerance."""
+    write_claims = kvc.claims("write_kv")
+    att_claims = kvc.claims("ragged_paged_attention")
+    page_size = (write_claims.page_sizes or (2,))[0]
+    head_dim = (write_claims.head_dims or (4,))[0]
+    if att_claims.page_sizes is not None and page_size not in att_claims.page_sizes:
+        pytest.skip("unsupported: no page size claimed by both write_kv and ragged_paged_attention")
+    dtype = next((d for d in ("float32", "float16", "bfloat16") if d in write_claims.kv_dtypes
+                  and d in write_claims.dtypes and d in att_claims.dtypes and d in att_claims.kv_dtypes), None)
+    if dtype is None:
+        pytest.skip("unsupported: no float KV dtype claimed by both write_kv and ragged_paged_attention")
+    from kvconform.conformance.strategies.values import floats
+    num_pages, hkv, hq, max_pages = 6, 1, 2, 3
+
+    class AppendAttend(RuleBasedStateMachine):
+        @initialize(seed=st.integers(0, 2**32 - 1))
+        def start(self, seed):
+            self.rng = np.random.default_rng(seed)
+            pool = np.full((num_pages, page_size, hkv, head_dim), np.nan, dtype=np.float32).astype(dtype)
+            self.backend_pools = (pool, pool.copy())
+            self.model_pools = (pool.copy(), pool.copy())
+            self.free = list(range(num_pages))
+            self.seqs: list[dict] = []
+
+        @rule(n=st.integers(1, 3))
+        def append(self, n):
+            if len(self.seqs) < 2 and self.rng.random() < 0.5 or not self.seqs:
+                self.seqs.append({"pages": [], "len": 0})
+            seq = self.seqs[int(self.rng.integers(0, len(self.seqs)))]
+            need = -(-(seq["len"] + n) // page_size)
+            if need > max_pages or need - len(seq["pages"]) > len(self.free):
+                return
+            while len(seq["pages"]) < need:
+                seq["pages"].append(self.free.pop(int(self.rng.integers(0, len(self.free)))))
+            pos = range(seq["len"], seq["len"] + n)
+            slots = np.array([seq["pages"][p // page_size] * page_size + p % page_size for p in pos], np.int32)
+            k = floats(self.rng, (n, hkv, head_dim), dtype)
+            v = floats(self.rng, (n, hkv, head_dim), dtype)
+            case = Case("write_kv", dict(k_pages=self.backend_pools[0], v_pages=self.backend_pools[1], k=k,
+                                         v=v, slot_mapping=slots), {"dtype": dtype, "kv_dtype": dtype})
+            got = kvc.call(case)
+            model = kvc.reference(Case("write_kv", dict(case.inputs, k_pages=self.model_pools[0],
+                                                        v_pages=self.model_pools[1])))
+            kvc.expect(case, got, model, what="reference model of the cache")
+            self.backend_pools, self.model_pools = (got[0], got[1]), (model[0], model[1])
+            seq["len"] += n
+            seq["new"] = n
+
+        @precondition(lambda self: any(s.get("new") for s in getattr(self, "seqs", [])))
+        @rule()
+        def attend(self):
+            live = [s for s in self.seqs if s.get("new")]
+            q_lens = [s["new"] for s in live]
+            cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+            table = np.zeros((len(live), max_pages), np.int32)
+            for i, s in enumerate(live):
+                table[i, :len(s["pages"])] = s["pages"]
+            inputs = dict(q=floats(self.rng, (int(cu[-1]), hq, head_dim), dtype),
+                          kv_lens=np.array([s["len"] for s in live], np.int32), page_indices=table,
+                          cu_q_lens=cu, num_seqs=len(live))
+            case = Case("ragged_paged_attention", dict(inputs, k_pages=self.backend_pools[0],
+                                                       v_pages=self.backend_pools[1]),
+                        {"dtype": dtype, "kv_dtype": dtype})
+            expected = kvc.reference(Case(case.op, dict(inputs, k_pages=self.model_pools[0],
+                                                        v_pages=self.model_pools[1])))
+            kvc.expect(case, kvc.call(case), expected, what="reference model of the cache")
+            for s in live:
+                s["new"] = 0
+
+        @invariant()
+        def pages_disjoint(self):
+            used = [p for s in getattr(self, "seqs", []) for p in s["pages"]]
+            assert len(used) == len(set(used))
+
+    kvc.run_state_machine(AppendAttend, budget=0.5)

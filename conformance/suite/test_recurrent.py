@@ -1,0 +1,451 @@
+"""Conformance suite for spec/recurrent.md: `causal_conv1d_update`, `selective_state_update`,
+`ssd_chunked_scan` and `rwkv6_wkv` over a slot pool.
+
+Layers: hand-worked golden cases (the arithmetic is written next to each), Hypothesis differential tests
+against the reference (one per features-matrix column), and oracle-free properties run through the
+backend only: chunked == token by token (RS-18), no leakage between batch rows (RS-7), split prefill
+carrying state == one call (RS-12, RS-18, RS-20). The store (RS-21 … RS-27) and the conv layouts (RS-13)
+are reference functions, not backend ops, and are tested in tests/reference.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import hypothesis
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from kvconform.conformance.case import Case
+from kvconform.conformance.harness import conformance_test
+from kvconform.conformance.strategies import recurrent as rs
+from kvconform.reference.recurrent import WKV6, ConvUpdate, SelectiveStateUpdate, SSDScan
+
+F32, NAN = np.float32, np.nan
+L2 = math.log(2.0)   # softplus(0) = ln 2; with A = -1 the decay exp(-ln 2) is 1/2
+
+
+def _clauses(variants) -> tuple[str, ...]:
+    return tuple(sorted({c for v in variants for c in v.clauses}))
+
+
+# --- differential ----------------------------------------------------------------------------------
+
+def _differential(kvc, op, variant):
+    base = rs.VARIANTS[op][0]
+    kvc.cite(*dict.fromkeys(base.clauses + variant.clauses))
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(rs.STRATEGIES[op](claims, variant), kvc.check)
+
+
+@conformance_test(op="causal_conv1d_update", layer="differential", clauses=_clauses(rs.CONV_VARIANTS))
+@pytest.mark.parametrize("variant", rs.CONV_VARIANTS, ids=str)
+def test_conv1d_differential(kvc, variant):
+    _differential(kvc, "causal_conv1d_update", variant)
+
+
+@conformance_test(op="selective_state_update", layer="differential", clauses=_clauses(rs.SSU_VARIANTS))
+@pytest.mark.parametrize("variant", rs.SSU_VARIANTS, ids=str)
+def test_selective_state_update_differential(kvc, variant):
+    _differential(kvc, "selective_state_update", variant)
+
+
+@conformance_test(op="ssd_chunked_scan", layer="differential", clauses=_clauses(rs.SSD_VARIANTS))
+@pytest.mark.parametrize("variant", rs.SSD_VARIANTS, ids=str)
+def test_ssd_chunked_scan_differential(kvc, variant):
+    _differential(kvc, "ssd_chunked_scan", variant)
+
+
+@conformance_test(op="rwkv6_wkv", layer="differential", clauses=_clauses(rs.RWKV_VARIANTS))
+@pytest.mark.parametrize("variant", rs.RWKV_VARIANTS, ids=str)
+def test_rwkv6_differential(kvc, variant):
+    _differential(kvc, "rwkv6_wkv", variant)
+
+
+# --- golden cases ----------------------------------------------------------------------------------
+
+def _pool(rows, shape_tail):
+    """A float32 pool of the given rows (None = NaN canary row, which must come back bitwise, RS-4)."""
+    pool = np.full((len(rows),) + shape_tail, NAN, dtype=F32)
+    for i, row in enumerate(rows):
+        if row is not None:
+            pool[i] = np.reshape(row, shape_tail)
+    return pool
+
+
+def _with_rows(pool, **rows):
+    """The expected pool: a copy with some slots replaced, each rounded once to float32 (RS-6)."""
+    out = pool.copy()
+    for slot, row in rows.items():
+        out[int(slot[1:])] = np.reshape(np.asarray(row, dtype=np.float64), pool.shape[1:]).astype(pool.dtype)
+    return out
+
+
+def golden_conv_decode():
+    # W = 3, taps [1, 10, 100] (tap W-1 on the newest input). Row 0: window [1, 2, 3] -> 1 + 20 + 300
+    # = 321, new row [2, 3]; row 1: window [5, 6, 7] -> 5 + 60 + 700 = 765, new row [6, 7] (RS-11, RS-12)
+    pool = _pool([[1, 2], [5, 6], None], (1, 2))
+    case = Case("causal_conv1d_update", dict(x=np.array([[3], [7]], F32), conv_state=pool,
+                                             weight=np.array([[1, 10, 100]], F32)), {})
+    return case, ConvUpdate(np.array([[321.0], [765.0]]), _with_rows(pool, s0=[2, 3], s1=[6, 7]))
+
+
+def golden_conv_multi_token():
+    # T = 2 tokens [3, 4] after the window [1, 2]: outputs 1 + 20 + 300 = 321 and 2 + 30 + 400 = 432;
+    # the new row is the last W-1 = 2 inputs [3, 4] (RS-10, RS-12)
+    pool = _pool([[1, 2], None], (1, 2))
+    case = Case("causal_conv1d_update", dict(x=np.array([[[3], [4]]], F32), conv_state=pool,
+                                             weight=np.array([[1, 10, 100]], F32)), {})
+    return case, ConvUpdate(np.array([[[321.0], [432.0]]]), _with_rows(pool, s0=[3, 4]))
+
+
+def golden_conv_padding():
+    # state_indices [-1, 2]: row 0 is padding (NaN input, output 0, nothing written); row 1 uses slot 2:
+    # window [1, 2, 3] -> 321, slot 2 becomes [2, 3]; slots 0 and 1 (NaN canary) unchanged (RS-2 … RS-4)
+    pool = _pool([[8, 9], None, [1, 2]], (1, 2))
+    case = Case("causal_conv1d_update", dict(x=np.array([[NAN], [3]], F32), conv_state=pool,
+                                             weight=np.array([[1, 10, 100]], F32),
+                                             state_indices=np.array([-1, 2], np.int32)), {})
+    return case, ConvUpdate(np.array([[0.0], [321.0]]), _with_rows(pool, s2=[2, 3]))
+
+
+def golden_conv_bias_silu():
+    # window [1, 2, 3] -> 321, bias -320 -> 1, silu(1) = 1 / (1 + e^-1) (RS-9, RS-11)
+    pool = _pool([[1, 2]], (1, 2))
+    case = Case("causal_conv1d_update", dict(x=np.array([[3]], F32), conv_state=pool,
+                                             weight=np.array([[1, 10, 100]], F32), bias=np.array([-320], F32),
+                                             activation="silu"), {})
+    return case, ConvUpdate(np.array([[1.0 / (1.0 + math.exp(-1.0))]]), _with_rows(pool, s0=[2, 3]))
+
+
+def golden_ssu_mamba1():
+    # dt = 0 with softplus -> dt' = ln 2 (RS-14); A = -1 -> decay 1/2. S = 2: S' = 2/2 + ln2 * 3 * 4
+    # = 1 + 12 ln2; y = S' * C + D x = (1 + 12 ln2) / 2 + 3; gate silu(2) = 2 / (1 + e^-2) (RS-15)
+    pool = _pool([[2.0], None], (1, 1))
+    state = 1 + 12 * L2
+    y = (state * 0.5 + 3.0) * 2.0 / (1.0 + math.exp(-2.0))
+    case = Case("selective_state_update", dict(
+        state=pool, x=np.array([[3]], F32), dt=np.array([[0]], F32), A=np.array([[-1]], F32),
+        B=np.array([[4]], F32), C=np.array([[0.5]], F32), D=np.array([1], F32), z=np.array([[2]], F32),
+        dt_softplus=True), {})
+    return case, SelectiveStateUpdate(np.array([[y]]), _with_rows(pool, s0=[state]))
+
+
+def golden_ssu_mamba2_groups():
+    # H = 4 heads, G = 2 groups: heads 0, 1 read group 0 (B 1, C 2), heads 2, 3 read group 1 (B 10, C 3).
+    # From a zero state with dt' = 1: S' = x B = [1, 1, 10, 10], y = S' C = [2, 2, 30, 30] (RS-16).
+    # A tiled h % G mapping would give [2, 30, 2, 30].
+    pool = _pool([np.zeros(4)], (4, 1, 1))
+    case = Case("selective_state_update", dict(
+        state=pool, x=np.ones((1, 4, 1), F32), dt=np.ones((1, 4), F32), A=-np.ones(4, F32),
+        B=np.array([[[1], [10]]], F32), C=np.array([[[2], [3]]], F32)), {})
+    return case, SelectiveStateUpdate(np.array([[[2.0], [2.0], [30.0], [30.0]]]),
+                                      _with_rows(pool, s0=[1, 1, 10, 10]))
+
+
+def _ssd_golden_inputs(chunk_size):
+    # H = P = N = G = 1; dt = 0 with softplus -> dt' = ln2, A = -1 -> decay 1/2 per token.
+    # seq 0 (slot 0, S0 = 4): x 2, B 1, C 1 -> S = 2 + 2 ln2, y = S; then x 1, B 4, C 1/2 ->
+    #   S = (2 + 2 ln2) / 2 + 4 ln2 = 1 + 5 ln2, y = S / 2.
+    # seq 1 (slot 1, empty): writes its starting state 7 back (RS-18).
+    # seq 2 (slot 2, S0 = -2): x 4, B 1, C 2 -> S = -1 + 4 ln2, y = 2 S.  Slot 3: NaN canary.
+    pool = _pool([[4.0], [7.0], [-2.0], None], (1, 1, 1))
+    t = lambda *v: np.array(v, F32).reshape(len(v), 1, 1)   # noqa: E731
+    inputs = dict(state=pool, x=t(2, 1, 4), dt=np.zeros((3, 1), F32), A=np.array([-1], F32), B=t(1, 4, 1),
+                  C=t(1, 0.5, 2), cu_seqlens=np.array([0, 2, 2, 3], np.int32), chunk_size=chunk_size,
+                  dt_softplus=True)
+    s0a, s0b, s2 = 2 + 2 * L2, 1 + 5 * L2, -1 + 4 * L2
+    out = np.array([s0a, s0b / 2, 2 * s2]).reshape(3, 1, 1)
+    return inputs, out, _with_rows(pool, s0=[s0b], s1=[7.0], s2=[s2])
+
+
+def golden_ssd_chunk1():
+    inputs, out, pool = _ssd_golden_inputs(1)
+    return Case("ssd_chunked_scan", inputs, {}), SSDScan(out, pool, np.zeros((3, 0, 1, 1, 1), F32))
+
+
+def golden_ssd_chunk64():
+    inputs, out, pool = _ssd_golden_inputs(64)
+    return Case("ssd_chunked_scan", inputs, {}), SSDScan(out, pool, np.zeros((3, 0, 1, 1, 1), F32))
+
+
+def golden_ssd_fresh_snapshots():
+    # One sequence of 2 tokens in slot 0, which holds NaN, with has_initial_state False: it starts from
+    # exact zeros (RS-5). dt' = ln2, decay 1/2: x 2, B 1, C 1 -> S = 2 ln2, y = 2 ln2; x 1, B 4, C 1/2 ->
+    # S = ln2 + 4 ln2 = 5 ln2, y = 2.5 ln2. Snapshots r = 0, 1, 2: [5 ln2, 2 ln2, 0] (RS-19).
+    pool = _pool([None, [9.0]], (1, 1, 1))
+    t = lambda *v: np.array(v, F32).reshape(len(v), 1, 1)   # noqa: E731
+    inputs = dict(state=pool, x=t(2, 1), dt=np.zeros((2, 1), F32), A=np.array([-1], F32), B=t(1, 4),
+                  C=t(1, 0.5), cu_seqlens=np.array([0, 2], np.int32), has_initial_state=np.array([False]),
+                  num_snapshots=3, dt_softplus=True)
+    snaps = np.array([5 * L2, 2 * L2, 0.0]).astype(F32).reshape(1, 3, 1, 1, 1)
+    return (Case("ssd_chunked_scan", inputs, {}),
+            SSDScan(np.array([2 * L2, 2.5 * L2]).reshape(2, 1, 1), _with_rows(pool, s0=[5 * L2]), snaps))
+
+
+def golden_rwkv6():
+    # K = 2, V = 1, S0 = [2, 1]. Token 0: r [1, 1], k [1, 2], v 3, u [1/2, 0], w [1/2, 1/4]:
+    #   y = 1 * (2 + 1/2 * 1 * 3) + 1 * (1 + 0) = 4.5;  S = [2/2 + 1 * 3, 1/4 + 2 * 3] = [4, 6.25]
+    # Token 1: r [2, 0], k [1, 1], v 1, w [1/2, 1/2]:
+    #   y = 2 * (4 + 1/2 * 1 * 1) = 9;  S = [4/2 + 1, 6.25/2 + 1] = [3, 4.125]   (RS-20)
+    pool = _pool([[2.0, 1.0], None], (1, 2, 1))
+    tok = lambda rows: np.array(rows, F32).reshape(len(rows), 1, -1)   # noqa: E731  [T, H=1, *]
+    inputs = dict(r=tok([[1, 1], [2, 0]]), k=tok([[1, 2], [1, 1]]), v=tok([[3], [1]]),
+                  w=tok([[.5, .25], [.5, .5]]), u=np.array([[.5, 0]], F32), state=pool,
+                  cu_seqlens=np.array([0, 2], np.int32))
+    return Case("rwkv6_wkv", inputs, {}), WKV6(np.array([4.5, 9.0]).reshape(2, 1, 1),
+                                               _with_rows(pool, s0=[3.0, 4.125]))
+
+
+GOLDENS = {
+    # name: (builder, op, clauses, features)
+    "conv_decode": (golden_conv_decode, "causal_conv1d_update", ("RS-10", "RS-11", "RS-12", "RS-4"), ()),
+    "conv_multi_token": (golden_conv_multi_token, "causal_conv1d_update", ("RS-10", "RS-12"), ("multi_token",)),
+    "conv_padding": (golden_conv_padding, "causal_conv1d_update", ("RS-2", "RS-3", "RS-4"),
+                     ("state_indices", "padding_slots")),
+    "conv_bias_silu": (golden_conv_bias_silu, "causal_conv1d_update", ("RS-9", "RS-11"), ("bias", "silu")),
+    "ssu_mamba1": (golden_ssu_mamba1, "selective_state_update", ("RS-9", "RS-14", "RS-15", "RS-6"), ()),
+    "ssu_mamba2_groups": (golden_ssu_mamba2_groups, "selective_state_update", ("RS-16",), ("mamba2",)),
+    "ssd_chunk1": (golden_ssd_chunk1, "ssd_chunked_scan", ("RS-17", "RS-18", "RS-4"), ()),
+    "ssd_chunk64": (golden_ssd_chunk64, "ssd_chunked_scan", ("RS-17", "RS-18", "RS-4"), ()),
+    "ssd_fresh_snapshots": (golden_ssd_fresh_snapshots, "ssd_chunked_scan", ("RS-5", "RS-19"),
+                            ("initial_states", "snapshots")),
+    "rwkv6": (golden_rwkv6, "rwkv6_wkv", ("RS-20", "RS-4"), ()),
+}
+
+
+def _golden(kvc, name):
+    build, _, clauses, features = GOLDENS[name]
+    kvc.cite(*clauses)
+    claims = kvc.claims(features=features)
+    kvc.require(claims, dtype="float32", kv_dtype="float32")
+    case, expected = build()
+    case.params.update(dtype="float32", kv_dtype="float32", golden=name)
+    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+
+
+def _golden_names(op):
+    return sorted(n for n, g in GOLDENS.items() if g[1] == op)
+
+
+def _golden_clauses(op):
+    return sorted({c for g in GOLDENS.values() if g[1] == op for c in g[2]})
+
+
+@conformance_test(op="causal_conv1d_update", layer="golden", clauses=_golden_clauses("causal_conv1d_update"))
+@pytest.mark.parametrize("name", _golden_names("causal_conv1d_update"))
+def test_conv1d_golden(kvc, name):
+    _golden(kvc, name)
+
+
+@conformance_test(op="selective_state_update", layer="golden", clauses=_golden_clauses("selective_state_update"))
+@pytest.mark.parametrize("name", _golden_names("selective_state_update"))
+def test_selective_state_update_golden(kvc, name):
+    _golden(kvc, name)
+
+
+@conformance_test(op="ssd_chunked_scan", layer="golden", clauses=_golden_clauses("ssd_chunked_scan"))
+@pytest.mark.parametrize("name", _golden_names("ssd_chunked_scan"))
+def test_ssd_chunked_scan_golden(kvc, name):
+    _golden(kvc, name)
+
+
+@conformance_test(op="rwkv6_wkv", layer="golden", clauses=_golden_clauses("rwkv6_wkv"))
+@pytest.mark.parametrize("name", _golden_names("rwkv6_wkv"))
+def test_rwkv6_golden(kvc, name):
+    _golden(kvc, name)
+
+
+# --- properties: chunked == token by token (RS-18) -------------------------------------------------
+
+def _both(a, b):
+    """Claims of two ops intersected (dtypes, pool dtypes): what both may be called with."""
+    return dataclasses.replace(a, dtypes=tuple(d for d in a.dtypes if d in b.dtypes),
+                               kv_dtypes=tuple(d for d in a.kv_dtypes if d in b.kv_dtypes))
+
+
+def _token_by_token(kvc, case: Case) -> SSDScan:
+    """RS-18's definition run on the backend: one `selective_state_update` (Mamba2) call per token,
+    each on a one-row pool holding the sequence's state (fresh rows start from zeros, RS-5)."""
+    x = case.inputs
+    pool, cu = x["state"], np.asarray(x["cu_seqlens"])
+    out = np.zeros(x["x"].shape)
+    new_pool = pool.copy()
+    flags = x.get("has_initial_state")
+    for s in range(cu.shape[0] - 1):
+        row = pool[s:s + 1].copy() if flags is None or flags[s] else np.zeros_like(pool[:1])
+        for t in range(int(cu[s]), int(cu[s + 1])):
+            step = {k: x[k] for k in ("A", "D", "dt_bias", "dt_softplus") if k in x}
+            step.update({k: x[k][t:t + 1] for k in ("x", "dt", "B", "C", "z") if k in x})
+            got = kvc.call(Case("selective_state_update", dict(state=row, **step), dict(case.params, token=t)))
+            out[t], row = got[0][0], got[1]
+        new_pool[s] = row[0]
+    return SSDScan(out, new_pool, np.zeros((cu.shape[0] - 1, 0) + pool.shape[1:], pool.dtype))
+
+
+@st.composite
+def _ssd_two_chunks(draw, claims):
+    case = draw(rs.ssd_cases(claims, rs.SSD_VARIANTS[0], max_seqs=2, max_len=5))
+    sizes = draw(st.lists(st.sampled_from(rs.CHUNK_SIZES), min_size=2, max_size=2, unique=True))
+    return case, sizes
+
+
+@conformance_test(op="ssd_chunked_scan", layer="property", clauses=("RS-18", "RS-16"))
+def test_ssd_chunked_equals_token_by_token(kvc):
+    """Two chunk sizes of `ssd_chunked_scan` each agree with the Mamba2 `selective_state_update` applied
+    token by token, all on the backend: the chunking is a hint that may not change results (RS-18)."""
+    ssu = kvc.claims("selective_state_update", features=("mamba2",))
+    claims = kvc.claims()
+
+    def body(drawn):
+        case, sizes = drawn
+        expected = _token_by_token(kvc, case)
+        for size in sizes:
+            chunked = Case(case.op, dict(case.inputs, chunk_size=size), dict(case.params, chunk_size=size))
+            kvc.expect(chunked, kvc.call(chunked), expected, what="token-by-token selective_state_update")
+    kvc.for_all(_ssd_two_chunks(_both(claims, ssu)), body, budget=0.4)
+
+
+# --- properties: no leakage (RS-7) -----------------------------------------------------------------
+
+#: per op: arrays with one row per batch row / token, the pool, and whether rows are packed sequences
+_ROW_ARRAYS = {
+    "causal_conv1d_update": (("x",), "conv_state", False),
+    "selective_state_update": (("x", "dt", "B", "C", "z"), "state", False),
+    "ssd_chunked_scan": (("x", "dt", "B", "C", "z"), "state", True),
+    "rwkv6_wkv": (("r", "k", "v", "w"), "state", True),
+}
+
+
+def _alone(case: Case, s: int, slot: int) -> Case:
+    """Row / sequence s run by itself, its slot the only row of a one-row pool, no state_indices."""
+    names, pool_name, packed = _ROW_ARRAYS[case.op]
+    x = dict(case.inputs)
+    if packed:
+        cu = np.asarray(x["cu_seqlens"])
+        rows = slice(int(cu[s]), int(cu[s + 1]))
+        x["cu_seqlens"] = np.array([0, rows.stop - rows.start], np.int32)
+    else:
+        rows = slice(s, s + 1)
+    for name in names:
+        if name in x:
+            x[name] = x[name][rows]
+    x[pool_name] = x[pool_name][slot:slot + 1]
+    x.pop("state_indices", None)
+    if "has_initial_state" in x:
+        x["has_initial_state"] = x["has_initial_state"][s:s + 1]
+    return Case(case.op, x, dict(case.params, alone=s, num_seqs=1), case.seed)
+
+
+def _part(case: Case, result, s: int, slot: int):
+    """The fields of row / sequence s in a batched result, shaped like the result of `_alone`."""
+    fields = list(result)
+    names, _, packed = _ROW_ARRAYS[case.op]
+    if packed:
+        cu = np.asarray(case.inputs["cu_seqlens"])
+        fields[0] = fields[0][int(cu[s]):int(cu[s + 1])]
+    else:
+        fields[0] = fields[0][s:s + 1]
+    fields[1] = fields[1][slot:slot + 1]
+    if len(fields) > 2:
+        fields[2] = fields[2][s:s + 1]
+    return type(result)(*fields)
+
+
+def _no_leakage_test(op: str):
+    @conformance_test(op=op, layer="property", clauses=("RS-7",))
+    def test(kvc):
+        """Each row / sequence of a batch, run alone in a one-row pool, gets what it got in the batch:
+        no dependence on the other rows, their order, the batch size or which slot holds it (RS-7)."""
+        variants = rs.VARIANTS[op]
+        variant = variants[1] if "state_indices" in kvc.claims().features else variants[0]
+        claims = kvc.claims(features=variant.features)
+
+        def body(case):
+            batch = kvc.call(case)
+            slots = case.inputs.get("state_indices")
+            rows = len(case.params.get("lengths", [])) or case.inputs["x"].shape[0]
+            for s in range(rows):
+                slot = s if slots is None else int(slots[s])
+                alone = _alone(case, s, slot)
+                kvc.expect(alone, kvc.call(alone), _part(case, batch, s, slot),
+                           what=f"row {s} of the batched call")
+        kvc.for_all(rs.STRATEGIES[op](claims, variant), body, budget=0.4)
+    return test
+
+
+test_conv1d_no_leakage = _no_leakage_test("causal_conv1d_update")
+test_selective_state_update_no_leakage = _no_leakage_test("selective_state_update")
+test_ssd_chunked_scan_no_leakage = _no_leakage_test("ssd_chunked_scan")
+test_rwkv6_no_leakage = _no_leakage_test("rwkv6_wkv")
+
+
+# --- properties: split calls carrying state == one call (RS-12, RS-18, RS-20) ----------------------
+
+@st.composite
+def _split_points(draw, strategy):
+    case = draw(strategy)
+    lengths = case.params.get("lengths")
+    if lengths is None:   # conv [B, T, C]: one split point for all rows
+        steps = case.inputs["x"].shape[1]
+        hypothesis.assume(steps >= 2)     # both calls get at least one token
+        return case, draw(st.integers(1, steps - 1))
+    return case, [draw(st.integers(0, n)) for n in lengths]
+
+
+def _split_varlen(case: Case, cuts):
+    names, pool_name, _ = _ROW_ARRAYS[case.op]
+    cu = np.asarray(case.inputs["cu_seqlens"])
+    first_rows, second_rows = [], []
+    for s, k in enumerate(cuts):
+        first_rows += list(range(int(cu[s]), int(cu[s]) + k))
+        second_rows += list(range(int(cu[s]) + k, int(cu[s + 1])))
+    parts = []
+    for rows, lens in ((first_rows, cuts), (second_rows, [int(n) - k for n, k in zip(np.diff(cu), cuts)])):
+        x = dict(case.inputs)
+        for name in names:
+            if name in x:
+                x[name] = x[name][rows]
+        x["cu_seqlens"] = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+        parts.append((x, rows))
+    return parts
+
+
+def _split_test(op: str, clause: str, variant):
+    @conformance_test(op=op, layer="property", clauses=(clause,))
+    def test(kvc):
+        """Prefill in two calls, the second starting from the pool the first returned, equals one
+        call: outputs within class R, conv windows bitwise (RS-12: the window holds copies of inputs),
+        states within class R (RS-18, RS-20: the result is the token-by-token recurrence, whatever
+        the cut)."""
+        claims = kvc.claims(features=variant.features)
+        _, pool_name, _ = _ROW_ARRAYS[op]
+
+        def body(drawn):
+            case, cuts = drawn
+            whole = kvc.call(case)
+            if op == "causal_conv1d_update":
+                first = dict(case.inputs, x=case.inputs["x"][:, :cuts])
+                second = dict(case.inputs, x=case.inputs["x"][:, cuts:])
+                r1 = kvc.call(Case(op, first, dict(case.params, part=1)))
+                r2 = kvc.call(Case(op, dict(second, conv_state=r1[1]), dict(case.params, part=2)))
+                joined = ConvUpdate(np.concatenate([r1[0], r2[0]], axis=1), r2[1])
+            else:
+                (x1, rows1), (x2, rows2) = _split_varlen(case, cuts)
+                r1 = kvc.call(Case(op, x1, dict(case.params, part=1)))
+                x2 = dict(x2, **{pool_name: r1[1]})
+                x2.pop("has_initial_state", None)     # the first call wrote every sequence's row
+                r2 = kvc.call(Case(op, x2, dict(case.params, part=2)))
+                out = np.zeros(whole[0].shape, dtype=np.asarray(r2[0]).dtype)
+                out[rows1] = r1[0]
+                out[rows2] = r2[0]
+                joined = type(whole)(out, r2[1], *list(r2)[2:])
+            kvc.expect(case, joined, whole, what="one call over all tokens")
+        kvc.for_all(_split_points(rs.STRATEGIES[op](claims, variant)), body, budget=0.4)
+    return test
+
+
+test_conv1d_split_calls = _split_test("causal_conv1d_update", "RS-12", rs.CONV_VARIANTS[3])
+test_ssd_chunked_scan_split_calls = _split_test("ssd_chunked_scan", "RS-18", rs.SSD_VARIANTS[0])
+test_rwkv6_split_calls = _split_test("rwkv6_wkv", "RS-20", rs.RWKV_VARIANTS[0])

@@ -1,0 +1,302 @@
+"""Conformance suite for spec/rotation.md: `rotate_keys` (LUT form) and `shift_keys` (theta form).
+
+Layers: hand-worked golden cases (expected values from the arithmetic written here), Hypothesis
+differential tests against the reference (one per features-matrix column), and oracle-free properties
+run through the backend alone: zero row is the identity, [n, 1] equals its repeat to [n, page_size] bit
+for bit, permuting (index, delta) rows changes nothing, heads are independent, LUT rows compose.
+The stateful evict -> re-rotate machine lives in test_eviction.py (it spans both families).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from kvconform.conformance.case import Case
+from kvconform.conformance.harness import conformance_test
+from kvconform.conformance.strategies import rotation as ro
+
+NAN = np.nan
+ROTATE_CLAUSES = ("RO-1", "RO-2", "RO-5", "RO-6", "RO-8", "RO-9", "RO-11")
+SHIFT_CLAUSES = ("RO-1", "RO-2", "RO-3", "RO-5", "RO-8", "RO-10", "RO-11")
+ALL_ROTATE = tuple(dict.fromkeys(ROTATE_CLAUSES + tuple(c for v in ro.ROTATE_VARIANTS for c in v.clauses)))
+ALL_SHIFT = tuple(dict.fromkeys(SHIFT_CLAUSES + tuple(c for v in ro.SHIFT_VARIANTS for c in v.clauses)))
+
+
+def _need_layout(claims, layout: str) -> None:
+    if layout not in (claims.layouts or ()):
+        pytest.skip(f"unsupported: layout {layout} not claimed (claims: {list(claims.layouts or [])})")
+
+
+def _derived(case: Case, note: dict, **inputs) -> Case:
+    return Case(case.op, dict(case.inputs, **inputs), dict(case.params, **note), case.seed)
+
+
+# --- golden cases ----------------------------------------------------------------------------------
+
+# Two tokens of one KV head, D = 4; LUT rows are [c0, c1, s0, s1] (RO-9). Row 1 turns pair 0 by a
+# quarter (c = 0, s = 1) and applies the non-rotation coefficients c = 0.5, s = 0.25 to pair 1 (the LUT
+# is applied as given, RO-9); every product and sum below is exact in float32.
+TOKENS = [[1.0, 2.0, 3.0, 4.0], [4.0, -2.0, 0.5, 1.0]]
+LUT = [[1.0, 1.0, 0.0, 0.0], [0.0, 0.5, 1.0, 0.25]]
+# (x, y) -> (x c - y s, x s + y c)   (RO-5)
+ROW1 = {
+    # half: pair 0 = dims (0, 2), pair 1 = dims (1, 3)                                     (RO-2)
+    # token 0: (1, 3) -> (0 - 3, 1 + 0) = (-3, 1); (2, 4) -> (1 - 1, 0.5 + 2) = (0, 2.5)
+    # token 1: (4, 0.5) -> (-0.5, 4); (-2, 1) -> (-1 - 0.25, -0.5 + 0.5) = (-1.25, 0)
+    "half": [[-3.0, 0.0, 1.0, 2.5], [-0.5, -1.25, 4.0, 0.0]],
+    # interleaved: pair 0 = dims (0, 1), pair 1 = dims (2, 3)
+    # token 0: (1, 2) -> (-2, 1); (3, 4) -> (1.5 - 1, 0.75 + 2) = (0.5, 2.75)
+    # token 1: (4, -2) -> (2, 4); (0.5, 1) -> (0.25 - 0.25, 0.125 + 0.5) = (0, 0.625)
+    "interleaved": [[-2.0, 1.0, 0.5, 2.75], [2.0, 4.0, 0.0, 0.625]],
+}
+
+
+def _golden_pool():
+    """Pages: 0 listed with row 0, 1 unlisted and full of NaN (must come back as is, RO-1), 2 listed."""
+    pool = np.full((3, 2, 1, 4), NAN, dtype=np.float32)
+    pool[0, :, 0] = [[0.5, -1.0, 2.0, 8.0], [3.0, 0.25, -4.0, 1.5]]
+    pool[2, :, 0] = TOKENS
+    return pool
+
+
+@conformance_test(op="rotate_keys", layer="golden", clauses=("RO-1", "RO-2", "RO-5", "RO-7", "RO-9"))
+@pytest.mark.parametrize("form", ["per_block", "per_token"])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rotate_keys_golden(kvc, layout, form):
+    """Hand-worked pair updates in both layouts; [n, 1] rows reach every token, [n, page_size] rows
+    pick per token (RO-7): per-token row [1, 0] rotates token 0 only."""
+    claims = kvc.claims(features=(f"{form}_deltas",))
+    kvc.require(claims, kv_dtype="float32", dtype="float32", page_size=2, head_dim=4)
+    _need_layout(claims, layout)
+    pool = _golden_pool()
+    deltas = [[0], [1]] if form == "per_block" else [[0, 0], [1, 0]]
+    case = Case("rotate_keys", dict(k_pages=pool, rotated_block_indices=np.array([0, 2], np.int32),
+                                    rotation_deltas=np.array(deltas, np.int32),
+                                    trig_lut=np.array(LUT, np.float32), layout=layout),
+                {"dtype": "float32", "kv_dtype": "float32", "layout": layout})
+    expected = pool.astype(np.float64)
+    expected[2, 0, 0] = ROW1[layout][0]
+    if form == "per_block":
+        expected[2, 1, 0] = ROW1[layout][1]
+    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+
+
+@conformance_test(op="rotate_keys", layer="golden", clauses=("RO-1", "RO-2", "RO-9"))
+def test_rotate_keys_partial_rotary_golden(kvc):
+    """rotary_dim = 2 of D = 4, half layout: the only pair is dims (0, 1); dims 2, 3 are copied even
+    when they hold NaN (RO-1, RO-2). Row [0, 1] maps (x, y) to (-y, x)."""
+    claims = kvc.claims(features=("per_block_deltas", "partial_rotary"))
+    kvc.require(claims, kv_dtype="float32", dtype="float32", page_size=2, head_dim=4)
+    _need_layout(claims, "half")
+    pool = np.array([[[[1.0, 2.0, NAN, 7.0]], [[-3.0, 0.5, 6.0, NAN]]]], np.float32)
+    case = Case("rotate_keys", dict(k_pages=pool, rotated_block_indices=np.array([0], np.int32),
+                                    rotation_deltas=np.array([[1]], np.int32),
+                                    trig_lut=np.array([[1.0, 0.0], [0.0, 1.0]], np.float32),
+                                    layout="half", rotary_dim=2),
+                {"dtype": "float32", "kv_dtype": "float32", "layout": "half"})
+    expected = np.array([[[[-2.0, 1.0, NAN, 7.0]], [[-0.5, -3.0, 6.0, NAN]]]])
+    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+
+
+@conformance_test(op="shift_keys", layer="golden", clauses=("RO-2", "RO-3", "RO-5", "RO-7", "RO-10"))
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_shift_keys_golden(kvc, layout):
+    """theta = 100, D = 4: w = [1, 100^(-1/2)] (RO-3); per-token deltas [3, -2]: token 0 moves by +3,
+    token 1 by -2 (RO-10). Expected from math.cos / math.sin of the pinned float64 angles."""
+    claims = kvc.claims(features=("per_token_deltas", "negative_deltas"))
+    kvc.require(claims, kv_dtype="float32", page_size=2, head_dim=4)
+    _need_layout(claims, layout)
+    pool = np.array([[[TOKENS[0]], [TOKENS[1]]]], np.float32)
+    case = Case("shift_keys", dict(k_pages=pool, rotated_block_indices=np.array([0], np.int32),
+                                   position_deltas=np.array([[3, -2]], np.int32), theta=100.0, layout=layout),
+                {"dtype": "float32", "kv_dtype": "float32", "layout": layout})
+    w = [1.0, 100.0 ** (-2.0 / 4.0)]
+    pairs = [(0, 2), (1, 3)] if layout == "half" else [(0, 1), (2, 3)]
+    expected = np.zeros((1, 2, 1, 4))
+    for t, delta in enumerate((3, -2)):
+        for j, (a, b) in enumerate(pairs):
+            angle = float(delta) * w[j]
+            c, s = math.cos(angle), math.sin(angle)
+            x, y = TOKENS[t][a], TOKENS[t][b]
+            expected[0, t, 0, a] = x * c - y * s
+            expected[0, t, 0, b] = x * s + y * c
+    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+
+
+@conformance_test(op="rotate_keys", layer="golden", clauses=("RO-8", "RO-11"))
+def test_rotate_keys_no_blocks_is_a_copy(kvc):
+    """n = 0 is allowed and returns the pool unchanged, NaN included (RO-8, RO-11)."""
+    claims = kvc.claims(features=("per_block_deltas",))
+    kvc.require(claims, kv_dtype="float32", dtype="float32", page_size=2, head_dim=4)
+    pool = _golden_pool()
+    case = Case("rotate_keys", dict(k_pages=pool, rotated_block_indices=np.zeros(0, np.int32),
+                                    rotation_deltas=np.zeros((0, 1), np.int32),
+                                    trig_lut=np.array(LUT, np.float32)),
+                {"dtype": "float32", "kv_dtype": "float32"})
+    kvc.expect(case, kvc.call(case), pool.astype(np.float64), what="input pool")
+
+
+# --- differential ----------------------------------------------------------------------------------
+
+@conformance_test(op="rotate_keys", layer="differential", clauses=ALL_ROTATE)
+@pytest.mark.parametrize("variant", ro.ROTATE_VARIANTS, ids=str)
+def test_rotate_keys_differential(kvc, variant):
+    kvc.cite(*dict.fromkeys(ROTATE_CLAUSES + variant.clauses))
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(ro.rotate_keys_cases(claims, variant), kvc.check)
+
+
+@conformance_test(op="shift_keys", layer="differential", clauses=ALL_SHIFT)
+@pytest.mark.parametrize("variant", ro.SHIFT_VARIANTS, ids=str)
+def test_shift_keys_differential(kvc, variant):
+    kvc.cite(*dict.fromkeys(SHIFT_CLAUSES + variant.clauses))
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(ro.shift_keys_cases(claims, variant), kvc.check)
+
+
+# --- oracle-free properties (backend only) ---------------------------------------------------------
+
+def _strategy(op: str, claims, variant):
+    return (ro.rotate_keys_cases if op == "rotate_keys" else ro.shift_keys_cases)(claims, variant)
+
+
+def _deltas_name(op: str) -> str:
+    return "rotation_deltas" if op == "rotate_keys" else "position_deltas"
+
+
+def _zero_identity(kvc, op):
+    claims = kvc.claims(op, features=("per_block_deltas",))
+
+    def body(case):
+        name = _deltas_name(op)
+        zero = _derived(case, {"zero": True}, **{name: np.zeros_like(case.inputs[name])})
+        kvc.expect(zero, kvc.call(zero), zero.inputs["k_pages"], what="input (zero delta)")
+    kvc.for_all(_strategy(op, claims, ro.ROTATE_VARIANTS[0]), body, budget=0.4)
+
+
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-6", "RO-9"))
+def test_rotate_keys_zero_row_is_identity(kvc):
+    """Row 0 of the re-rotation LUT returns the keys unchanged (RO-6), within NU-RO2."""
+    _zero_identity(kvc, "rotate_keys")
+
+
+@conformance_test(op="shift_keys", layer="property", clauses=("RO-10",))
+def test_shift_keys_zero_delta_is_identity(kvc):
+    """A shift of 0 tokens returns the keys unchanged (RO-10), within NU-RO3."""
+    _zero_identity(kvc, "shift_keys")
+
+
+def _broadcast(kvc, op):
+    claims = kvc.claims(op, features=("per_block_deltas", "per_token_deltas"))
+
+    def body(case):
+        # The [n, 1] case is the one recorded: its reproducer is the call that a broadcast bug gets wrong.
+        name = _deltas_name(op)
+        narrow = _derived(case, {"exact_identity": "[n, 1] vs its repeat (RO-7)"})
+        wide = np.repeat(case.inputs[name], case.inputs["k_pages"].shape[1], axis=1)
+        repeated = _derived(case, {"repeated": True}, **{name: wide})
+        kvc.expect(narrow, kvc.call(narrow), kvc.call(repeated), what="run with the deltas repeated to "
+                   "[n, page_size]")
+    kvc.for_all(_strategy(op, claims, ro.ROTATE_VARIANTS[0]), body, budget=0.4)
+
+
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-7",))
+def test_rotate_keys_block_rows_equal_their_repeat(kvc):
+    """[n, 1] rows and their repeat to [n, page_size] give the same bits (RO-7, NU-RO1)."""
+    _broadcast(kvc, "rotate_keys")
+
+
+@conformance_test(op="shift_keys", layer="property", clauses=("RO-7",))
+def test_shift_keys_block_deltas_equal_their_repeat(kvc):
+    """[n, 1] deltas and their repeat to [n, page_size] give the same bits (RO-7, NU-RO1)."""
+    _broadcast(kvc, "shift_keys")
+
+
+@st.composite
+def _with_perm(draw, strategy):
+    case = draw(strategy)
+    return case, draw(st.permutations(range(case.inputs["rotated_block_indices"].shape[0])))
+
+
+def _row_order(kvc, op):
+    claims = kvc.claims(op, features=("per_token_deltas",))
+
+    def body(drawn):
+        case, perm = drawn
+        case = _derived(case, {"exact_identity": "joint permutation of rows (RO-8)"})
+        perm = np.asarray(perm, dtype=np.int64)
+        name = _deltas_name(op)
+        moved = _derived(case, {"permuted": True},
+                         rotated_block_indices=case.inputs["rotated_block_indices"][perm],
+                         **{name: case.inputs[name][perm]})
+        kvc.expect(case, kvc.call(case), kvc.call(moved), what="run with the rows permuted")
+    kvc.for_all(_with_perm(_strategy(op, claims, ro.ROTATE_VARIANTS[1])), body, budget=0.4)
+
+
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-8",))
+def test_rotate_keys_row_order_does_not_matter(kvc):
+    """Permuting the rows of (rotated_block_indices, rotation_deltas) together changes no bit (RO-8)."""
+    _row_order(kvc, "rotate_keys")
+
+
+@conformance_test(op="shift_keys", layer="property", clauses=("RO-8",))
+def test_shift_keys_row_order_does_not_matter(kvc):
+    """Permuting the rows of (rotated_block_indices, position_deltas) together changes no bit (RO-8)."""
+    _row_order(kvc, "shift_keys")
+
+
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-1",))
+def test_heads_are_independent(kvc):
+    """Every KV head uses the same coefficients: rotating one head alone gives the bits of that head in
+    the all-heads run (RO-1, NU-RO1)."""
+    claims = kvc.claims(features=("per_block_deltas",))
+
+    def body(case):
+        whole = kvc.call(case)
+        for h in range(case.inputs["k_pages"].shape[2]):
+            alone = _derived(case, {"exact_identity": f"head {h} alone (RO-1)"},
+                             k_pages=np.ascontiguousarray(case.inputs["k_pages"][:, :, h:h + 1]))
+            kvc.expect(alone, kvc.call(alone), whole[:, :, h:h + 1], what=f"head {h} of the all-heads run")
+    kvc.for_all(ro.rotate_keys_cases(claims, ro.ROTATE_VARIANTS[0]), body, budget=0.3)
+
+
+def _quarter_turn_lut(rotary_dim: int, dtype) -> np.ndarray:
+    """Row r turns pair j by (r * (j + 1)) mod 4 quarter turns: c, s in {0, +-1}, exact in any dtype,
+    and row r1 followed by row r2 is row (r1 + r2) mod 4."""
+    h = rotary_dim // 2
+    quarters = (np.arange(4)[:, None] * (np.arange(h)[None, :] + 1)) % 4
+    cos = np.array([1.0, 0.0, -1.0, 0.0])[quarters]
+    sin = np.array([0.0, 1.0, 0.0, -1.0])[quarters]
+    return np.concatenate([cos, sin], axis=1).astype(dtype)
+
+
+@st.composite
+def _composition(draw, claims):
+    case = draw(ro.rotate_keys_cases(claims, ro.ROTATE_VARIANTS[0]))
+    n = case.inputs["rotated_block_indices"].shape[0]
+    r1 = np.asarray(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int32).reshape(n, 1)
+    r2 = np.asarray(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int32).reshape(n, 1)
+    return case, r1, r2
+
+
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-5", "RO-9"))
+def test_rows_compose(kvc):
+    """Rotating by row r1 and then by row r2 equals rotating by the row of the summed turn (the
+    composition identity of spec/rotation.md), on a quarter-turn LUT whose rows compose exactly."""
+    claims = kvc.claims(features=("per_block_deltas",))
+
+    def body(drawn):
+        case, r1, r2 = drawn
+        x = case.inputs
+        rd = x.get("rotary_dim") or x["k_pages"].shape[-1]
+        lut = _quarter_turn_lut(rd, x["trig_lut"].dtype)
+        step1 = _derived(case, {"step": 1}, trig_lut=lut, rotation_deltas=r1)
+        once = np.asarray(kvc.call(step1)).astype(x["k_pages"].dtype)  # quarter turns: values unchanged
+        step2 = _derived(step1, {"step": 2}, k_pages=once, rotation_deltas=r2)
+        twice = kvc.call(step2)
+        joint = _derived(step1, {"step": "joint"}, rotation_deltas=(r1 + r2) % 4)
+        kvc.expect(step2, twice, kvc.call(joint), what="single rotation by the summed row")
+    kvc.for_all(_composition(claims), body, budget=0.4)

@@ -1,0 +1,107 @@
+"""Accuracy classes of spec/numerics.md turned into acceptance bounds.
+
+A `Tolerance` says how one output field is compared with the float64 reference:
+
+- ``exact``:     bitwise equal in the storage dtype (NaN equals NaN whatever its payload), for integer
+                 outputs, copies, stored KV data and quantize-on-write at a given scale (class E);
+- ``ulp``:       ``|a - r| <= n_ulp * ulp_out(r) + atol`` (class U, elementwise);
+- ``reduction``: ``|a - r| <= atol + rtol * |r|`` elementwise and, over the compared region,
+                 ``||a - r|| <= aggregate * ||tol||`` (class R, NU-6: aggregate = 0.25).
+
+The family suites build tolerances only through the functions below, so every bound has the written
+reason of spec/numerics.md, never an ad-hoc constant in a test.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from kvconform.reference import dtypes
+
+#: unit roundoff of the accumulation every backend is assumed to use (float32; numerics.md NU-R)
+U_ACC = 2.0 ** -24
+#: the constant c of the reduction bound (a few roundings per multiply-add, softmax and rescaling)
+C_REDUCTION = 4.0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    kind: str                 # "exact" | "ulp" | "reduction"
+    atol: Any = 0.0           # float, or an array broadcastable to the output (per-sequence bounds)
+    rtol: Any = 0.0
+    n_ulp: float = 0.0
+    aggregate: float = math.inf
+    out_dtype: str = "float64"
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        out = {}
+        for k, v in asdict(self).items():
+            if isinstance(v, np.ndarray):
+                v = {"max": float(np.max(v)) if v.size else 0.0, "min": float(np.min(v)) if v.size else 0.0}
+            out[k] = None if isinstance(v, float) and math.isinf(v) else v
+        return out
+
+
+def eps(dtype_name: str) -> float:
+    """Machine epsilon (1-ULP relative spacing at 1.0) of a float dtype; 0 for integers and float64."""
+    dt = dtypes.resolve_dtype(dtype_name)
+    if np.issubdtype(dt, np.integer) or dt == np.float64:
+        return 0.0
+    return float(ml_dtypes.finfo(dt).eps)
+
+
+def ulp(values: np.ndarray, dtype_name: str) -> np.ndarray:
+    """Spacing of `dtype_name` at |values| (float64 array; the smallest normal's spacing near 0)."""
+    dt = dtypes.resolve_dtype(dtype_name)
+    info = ml_dtypes.finfo(dt) if dt != np.float64 else np.finfo(np.float64)
+    mag = np.maximum(np.abs(np.asarray(values, dtype=np.float64)), float(info.tiny))
+    exponent = np.floor(np.log2(mag))
+    return np.exp2(exponent) * float(info.eps)
+
+
+def exact(reason: str = "class E: bitwise in the storage dtype") -> Tolerance:
+    return Tolerance("exact", reason=reason)
+
+
+def ulp_bounded(out_dtype: str, n_ulp: float, atol: float = 0.0, reason: str = "") -> Tolerance:
+    return Tolerance("ulp", atol=atol, n_ulp=n_ulp, out_dtype=out_dtype,
+                     reason=reason or f"class U: {n_ulp} ulp of {out_dtype} + atol {atol:g}")
+
+
+def reduction_bounded(out_dtype: str, in_dtype: str, k_eff: int, magnitude: float,
+                      logit_mag: float = 0.0) -> Tolerance:
+    """Class R for a sum of `k_eff` products whose terms are bounded by `magnitude`.
+
+    rtol = eps(out) + eps(in): one rounding of the result to the output dtype, plus the rounding of the
+    softmax weights to the input dtype before the P@V product that many kernels do;
+    atol = (C * u_acc * sqrt(k_eff) + eps(in)) * magnitude: float32 accumulation error grows like sqrt
+    of the reduction length for random-sign terms, and a weight rounded to the input dtype moves the
+    output by at most eps(in) * max|V|;
+    plus C * u_acc * logit_mag * magnitude when the terms are softmax weights: a float32 dot product of
+    magnitude logit_mag is off by about u_acc * logit_mag, which scales each weight by (1 + that)
+    (soft capping cannot increase it: tanh' <= 1);
+    aggregate = 4 * (eps(out) + eps(in) + u_acc * sqrt(k_eff)): a systematic bias (wrong scale, wrong
+    rounding mode) fails this even when each element stays within its bound.
+    """
+    e_out, e_in = max(eps(out_dtype), 2.0 ** -53), eps(in_dtype)
+    k = max(int(k_eff), 1)
+    atol = (C_REDUCTION * U_ACC * (math.sqrt(k) + float(logit_mag)) + e_in) * float(magnitude)
+    return Tolerance("reduction", atol=atol, rtol=e_out + e_in,
+                     aggregate=4.0 * (e_out + e_in + U_ACC * math.sqrt(k)), out_dtype=out_dtype,
+                     reason=f"class R: out {out_dtype}, in {in_dtype}, K_eff={k}, max|V|={magnitude:.3g}, "
+                            f"max|logit|<={logit_mag:.3g}")
+
+
+def u(dtype_name: str) -> float:
+    """Unit roundoff (NU-3): half the machine epsilon; 2**-53 for float64."""
+    return eps(dtype_name) / 2 if dtype_name != "float64" else 2.0 ** -53
+
+
+def reduction(out_dtype: str, atol, rtol, reason: str) -> Tolerance:
+    """Class R with bounds computed by a family section of numerics.md; aggregate per NU-6."""
+    return Tolerance("reduction", atol=atol, rtol=rtol, aggregate=0.25, out_dtype=out_dtype, reason=reason)

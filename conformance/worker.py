@@ -1,0 +1,196 @@
+"""Backend calls in a worker subprocess, so that a segfault, an abort or a hang becomes a `crash` result.
+
+One `Worker` per backend: a spawned process that loads the backend once and then serves requests over a
+pipe (arrays travel pickled between our own two processes; nothing is unpickled from disk). A call that
+does not answer within its timeout, or a worker that dies, raises `BackendCrash`; the next call starts a
+fresh worker. An exception raised by the backend comes back as `BackendError` with its type and message.
+
+`BackendCrash` derives from BaseException on purpose: Hypothesis then stops at once instead of shrinking
+(each shrink step would restart a worker), and the case that crashed is reported as it was drawn.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+
+class BackendCrash(BaseException):
+    """The backend process died or hung during a call."""
+
+
+class BackendError(Exception):
+    """The backend raised an exception on an input the spec allows (a failure, not a crash)."""
+
+    def __init__(self, type_name: str, message: str, tb: str = ""):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name, self.message, self.tb = type_name, message, tb
+
+
+class BackendUnavailable(Exception):
+    """The backend could not be loaded in the worker."""
+
+
+def _serve(conn, spec: str) -> None:
+    """Worker main loop (runs in the child)."""
+    from kvconform import backends
+    try:
+        backend = backends.load(spec)
+        conn.send(("ok", backend.describe()))
+    except Exception as exc:  # BackendLoadError or a broken describe()
+        conn.send(("error", (type(exc).__name__, str(exc), "")))
+        return
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        op, kwargs = request
+        try:
+            before = {k: v.copy() for k, v in kwargs.items() if isinstance(v, np.ndarray)}
+            result = getattr(backend, op)(**kwargs)
+            mutated = [k for k, v in before.items() if not _same_bits(v, kwargs[k])]
+            conn.send(("ok", (_to_numpy(result), mutated)))
+        except Exception as exc:
+            conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc(limit=8))))
+
+
+def _same_bits(a: np.ndarray, b) -> bool:
+    return isinstance(b, np.ndarray) and a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def _to_numpy(result: Any) -> Any:
+    """Arrays stay arrays; NamedTuples become (field names, arrays) so any tuple type pickles."""
+    if isinstance(result, tuple) and hasattr(result, "_fields"):
+        return ("__namedtuple__", tuple(result._fields), tuple(np.asarray(x) for x in result))
+    if isinstance(result, tuple):
+        return tuple(np.asarray(x) for x in result)
+    return np.asarray(result)
+
+
+class Worker:
+    """A restartable backend process. `call` returns (result, mutated input names)."""
+
+    def __init__(self, spec: str, *, timeout: float = 120.0, start_timeout: float = 300.0):
+        self.spec, self.timeout, self.start_timeout = spec, timeout, start_timeout
+        self._proc = None
+        self._conn = None
+        self.description: dict | None = None
+        self.restarts = 0
+
+    def start(self) -> dict:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(child, self.spec), daemon=True, name=f"kvconform-{self.spec}")
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        if not parent.poll(self.start_timeout):
+            self.stop()
+            raise BackendUnavailable(f"backend {self.spec!r} did not start within {self.start_timeout:.0f} s")
+        try:
+            status, payload = parent.recv()
+        except EOFError:
+            code = proc.exitcode
+            self.stop()
+            raise BackendUnavailable(f"backend {self.spec!r} worker died while loading (exit code {code})")
+        if status != "ok":
+            self.stop()
+            raise BackendUnavailable(payload[1])
+        self.description = payload
+        return payload
+
+    def describe(self) -> dict:
+        if self.description is None:
+            self.start()
+        return self.description
+
+    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        if self._proc is None or not self._proc.is_alive():
+            if self._proc is not None:
+                self.restarts += 1
+            self.start()
+        limit = self.timeout if timeout is None else timeout
+        started = time.monotonic()
+        try:
+            self._conn.send((op, kwargs))
+            if not self._conn.poll(limit):
+                self.stop()
+                raise BackendCrash(f"hang: {op} did not return within {limit:.0f} s (worker killed)")
+            status, payload = self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
+            code = self._proc.exitcode if self._proc is not None else None
+            if code is None and self._proc is not None:
+                self._proc.join(timeout=2)
+                code = self._proc.exitcode
+            self.stop()
+            raise BackendCrash(f"{op}: worker process died ({_describe_exit(code)}) after "
+                               f"{time.monotonic() - started:.1f} s") from None
+        if status == "error":
+            raise BackendError(*payload)
+        result, mutated = payload
+        if isinstance(result, tuple) and len(result) == 3 and result[0] == "__namedtuple__":
+            from collections import namedtuple
+            result = namedtuple("Result", result[1])(*result[2])
+        return result, mutated
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            try:
+                if self._proc is not None and self._proc.is_alive():
+                    self._conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self._conn.close()
+        if self._proc is not None:
+            self._proc.join(timeout=1)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(timeout=5)
+        self._proc = self._conn = None
+
+
+def _describe_exit(code) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        import signal
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class InProcess:
+    """Same interface as Worker without a subprocess (used by `replay --no-isolation` and by tests)."""
+
+    def __init__(self, spec: str):
+        from kvconform import backends
+        self.spec = spec
+        self.backend = backends.load(spec)
+        self.description = self.backend.describe()
+        self.restarts = 0
+
+    def describe(self) -> dict:
+        return self.description
+
+    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        try:
+            return getattr(self.backend, op)(**kwargs), []
+        except Exception as exc:
+            raise BackendError(type(exc).__name__, str(exc), traceback.format_exc(limit=8)) from None
+
+    def stop(self) -> None:
+        pass
+
+
+def pid_of(worker) -> int | None:
+    proc = getattr(worker, "_proc", None)
+    return proc.pid if proc is not None else os.getpid()

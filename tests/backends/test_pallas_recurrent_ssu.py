@@ -1,0 +1,126 @@
+"""The Pallas selective state update kernel against the reference (spec/recurrent.md RS-2 .. RS-6, RS-9,
+RS-14 .. RS-16).
+
+Tolerances (spec/numerics.md NU-R1, NU-R2): rows not addressed and padding rows of the pool, and padding
+outputs, are compared bit for bit; the output is class R with n = N + 1 (N products S_new C plus D x) and
+the new state class R with n = 2 (decayed state plus injection), M the largest term magnitude, computed
+here in float64 from the reference's values.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+from kvconform import reference  # noqa: E402
+from kvconform.backends.pallas import make_backend  # noqa: E402
+from kvconform.reference.recurrent.activations import silu  # noqa: E402
+from kvconform.reference.recurrent.selective_state import effective_dt  # noqa: E402
+
+from _pallas_recurrent_tol import assert_bits, assert_class_r  # noqa: E402
+
+BACKEND = make_backend()
+F32 = np.float32
+
+
+def _check(pool, x, dt, A, B, C, idx, kw, mamba2):
+    before = pool.copy()
+    exp = reference.selective_state_update(pool, x, dt, A, B, C, state_indices=idx, **kw)
+    got = BACKEND.selective_state_update(pool, x, dt, A, B, C, state_indices=idx, **kw)
+    assert_bits(pool, before)  # RS-4: inputs are not modified
+    live = np.arange(x.shape[0]) if idx is None else np.flatnonzero(idx >= 0)
+    slots = live if idx is None else idx[live]
+    # Untouched rows (not addressed, or addressed by padding) bitwise, NaN canaries included (NU-R1).
+    others = np.setdiff1d(np.arange(pool.shape[0]), slots)
+    assert got.state.dtype == pool.dtype
+    assert_bits(got.state[others], pool[others])
+    if idx is not None:
+        assert np.all(got.out[idx < 0] == 0.0)  # RS-3: padding output exactly 0
+    # Term magnitudes in float64 (Mamba1 as one head of D channels, like the reference).
+    dtp = effective_dt(dt.astype(np.float64), kw.get("dt_bias"), kw.get("dt_softplus", False))
+    S_old = pool[slots].astype(np.float64)
+    S_new = exp.state[slots].astype(np.float64)
+    if mamba2:
+        g = np.arange(pool.shape[1]) // (pool.shape[1] // B.shape[1])
+        Bh, Ch = B[live][:, g][:, :, None, :], C[live][:, g][:, :, None, :]
+        inject = (dtp[live][:, :, None] * x[live])[..., None] * Bh
+        D_x = 0.0 if kw.get("D") is None else kw["D"][None, :, None] * x[live]
+    else:
+        Bh, Ch = B[live][:, None, :], C[live][:, None, :]
+        inject = (dtp[live] * x[live])[..., None] * Bh
+        D_x = 0.0 if kw.get("D") is None else kw["D"][None] * x[live]
+    gate = 1.0 if kw.get("z") is None else max(1.0, np.abs(silu(kw["z"][live])).max())
+    m_out = max(np.abs(S_new * Ch).max(), np.abs(D_x).max()) * gate
+    m_state = max(np.abs(S_old).max(), np.abs(inject).max())
+    n = pool.shape[-1]
+    assert_class_r(got.out[live], exp.out[live], n + 1, m_out, "out")
+    assert_class_r(got.state[slots], exp.state[slots], 2, m_state, "state")
+
+
+def _mamba2_inputs(rng, batch, H, G, P, N, slots):
+    pool = rng.standard_normal((slots, H, P, N)).astype(F32)
+    return dict(pool=pool, x=rng.standard_normal((batch, H, P)).astype(F32),
+                dt=rng.standard_normal((batch, H)).astype(F32), A=-rng.uniform(0.2, 2.0, H).astype(F32),
+                B=rng.standard_normal((batch, G, N)).astype(F32), C=rng.standard_normal((batch, G, N)).astype(F32))
+
+
+def test_mamba2_grouped_with_padding_canaries_and_every_option():
+    """H = 4 heads in G = 2 groups (head h reads group h // 2, RS-16); a padding row (RS-3); a NaN canary
+    row nobody addresses and a NaN row behind the padding entry stay bitwise (RS-4); dt + dt_bias above
+    the softplus threshold for one head (RS-9: taken as is)."""
+    rng = np.random.default_rng(11)
+    inp = _mamba2_inputs(rng, 3, 4, 2, 2, 8, 6)
+    inp["pool"][4] = np.nan
+    inp["pool"][5] = np.nan
+    inp["dt"][0, 1] = 24.0  # dt' = 24.5 > 20: softplus is the identity there; A * 24.5 decays hard
+    kw = dict(D=rng.standard_normal(4).astype(F32), z=rng.standard_normal((3, 4, 2)).astype(F32),
+              dt_bias=np.full(4, 0.5, F32), dt_softplus=True)
+    idx = np.array([2, -1, 0])
+    _check(inp["pool"], inp["x"], inp["dt"], inp["A"], inp["B"], inp["C"], idx, kw, mamba2=True)
+
+
+def test_mamba2_single_group_plain_and_default_slots():
+    """G = 1, no D / z / dt_bias / softplus; state_indices None (row b uses slot b, RS-2)."""
+    rng = np.random.default_rng(12)
+    inp = _mamba2_inputs(rng, 2, 4, 1, 2, 8, 3)
+    dt = np.abs(inp["dt"])  # without softplus dt' = dt; keep it in the tested domain (decay <= 1)
+    _check(inp["pool"], inp["x"], dt, inp["A"], inp["B"], inp["C"], None, {}, mamba2=True)
+
+
+def test_mamba1_per_channel_with_padding_and_options():
+    rng = np.random.default_rng(13)
+    batch, dim, N, slots = 3, 6, 8, 5
+    pool = rng.standard_normal((slots, dim, N)).astype(F32)
+    pool[1] = np.nan  # behind the padding entry
+    x = rng.standard_normal((batch, dim)).astype(F32)
+    dt = rng.standard_normal((batch, dim)).astype(F32)
+    A = -rng.uniform(0.2, 2.0, (dim, N)).astype(F32)
+    B = rng.standard_normal((batch, N)).astype(F32)
+    C = rng.standard_normal((batch, N)).astype(F32)
+    kw = dict(D=rng.standard_normal(dim).astype(F32), z=rng.standard_normal((batch, dim)).astype(F32),
+              dt_bias=rng.standard_normal(dim).astype(F32), dt_softplus=True)
+    _check(pool, x, dt, A, B, C, np.array([4, -1, 0]), kw, mamba2=False)
+
+
+def test_golden_mamba1_one_channel():
+    """Hand-worked (RS-15): S = 2, x = 1, dt = 0.5, A = 0 (decay 1), B = 2, C = 1 ->
+    S' = 2 * 1 + 0.5 * 1 * 2 = 3, y = 3 * 1 = 3 (D, z absent)."""
+    res = BACKEND.selective_state_update(np.array([[[2.0]]], F32), np.array([[1.0]], F32),
+                                         np.array([[0.5]], F32), np.array([[0.0]], F32),
+                                         np.array([[2.0]], F32), np.array([[1.0]], F32))
+    assert float(res.out[0, 0]) == 3.0 and float(res.state[0, 0, 0]) == 3.0
+
+
+def test_errors_name_the_argument():
+    rng = np.random.default_rng(14)
+    inp = _mamba2_inputs(rng, 2, 4, 2, 2, 8, 3)
+    args = (inp["pool"], inp["x"], inp["dt"], inp["A"], inp["B"], inp["C"])
+    with pytest.raises(ValueError, match="state_indices"):  # RS-4: duplicates are an error
+        BACKEND.selective_state_update(*args, state_indices=np.array([1, 1]))
+    with pytest.raises(ValueError, match="B must have a group count"):
+        BACKEND.selective_state_update(*args[:4], inp["B"][:, :1].repeat(3, 1), inp["C"])
+    with pytest.raises(TypeError, match="state"):  # RS-6: half-precision pools are outside the spec
+        BACKEND.selective_state_update(inp["pool"].astype(np.float16), *args[1:])
+    with pytest.raises(TypeError, match="dt_softplus"):
+        BACKEND.selective_state_update(*args, dt_softplus=1)

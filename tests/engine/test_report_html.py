@@ -1,0 +1,59 @@
+"""report.html renders in a real headless Chromium, shows the matrix, and escapes backend text."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from kvconform.conformance.report import build
+
+INJECT = '<img id="pwned" src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script>'
+
+
+def _report():
+    records = [
+        {"id": "suite::test_a[evil-base]", "backend": "evil<b>", "op": "ragged_paged_attention", "layer": "differential",
+         "clauses": ["PA-7"], "features": ["base"], "status": "fail", "headroom": 12.5, "examples": 3,
+         "message": "backend raised ValueError: " + INJECT, "counterexample": INJECT, "repro": "/tmp/r" + INJECT},
+        {"id": "suite::test_b[evil-soft_cap]", "backend": "evil<b>", "op": "ragged_paged_attention",
+         "layer": "differential", "clauses": ["PA-16"], "features": ["soft_cap"], "status": "pass",
+         "headroom": 0.01, "examples": 8, "message": ""},
+        {"id": "suite::test_c[numpy-base]", "backend": "numpy", "op": "write_kv", "layer": "golden",
+         "clauses": ["PA-43"], "features": ["base"], "status": "unsupported", "headroom": None, "examples": 0,
+         "message": "unsupported: x"},
+    ]
+    return build.assemble(records, backends={"evil<b>": {"name": "evil<b>", "version": INJECT,
+                                                         "device": INJECT, "capabilities": {}}},
+                          run={"profile": "quick"})
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def test_report_html_renders_matrix_and_escapes_backend_text(tmp_path):
+    from kvconform.conformance.report import html
+    page = html.render(_report())
+    assert "<script>" not in page and 'id="pwned"' not in page.replace("&quot;", "")
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("chromium not found (apt-get install -y chromium): the browser check cannot run")
+    path = tmp_path / "report.html"
+    path.write_text(page)
+    profile = tmp_path / "profile"
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={profile}", "--dump-dom", path.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    dom = proc.stdout
+    assert "<table id=\"matrix\">" in dom, proc.stderr[-2000:]
+    assert "<title>kvconform report</title>" in dom            # no script changed the title
+    assert '<img id="pwned"' not in dom and "<script>" not in dom   # nothing injected became markup
+    assert "&lt;img id=\"pwned\"" in dom                          # the text is shown, escaped
+    assert 'data-status="fail"' in dom and 'data-status="pass"' in dom
+    assert "<svg id=\"headroom-plot\"" in dom
