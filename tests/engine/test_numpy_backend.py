@@ -3,19 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-PA_OPS = "ragged_paged_attention,write_kv"   # the families this engine test owns
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_numpy_backend_has_no_failures(cli, tmp_path, seed):
     out = tmp_path / "out"
     extra = ["--jobs", "2"] if seed == 3 else []
-    proc = cli("run", "--backend", "numpy", "--ops", PA_OPS, "--seed", str(seed), "--out", str(out), *extra)
+    proc = cli("run", "--backend", "numpy", "--seed", str(seed), "--out", str(out), *extra)  # every op
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = cli.report(out)
     statuses = {r["status"] for r in report["results"]}
     assert statuses <= {"pass"}, statuses
-    assert len(report["results"]) >= 20
+    assert len(report["results"]) >= 90  # all four families
     assert all(r["examples"] >= 1 for r in report["results"])
 
 

@@ -10,7 +10,7 @@ import pytest
 def test_abort_and_hang_are_crashes_and_the_run_continues(cli, tmp_path):
     for factory, extra in (("fault_backends:make_aborts", []), ("fault_backends:make_hangs", ["--timeout", "2"])):
         out = tmp_path / factory.split(":")[1]
-        proc = cli("run", "--backend", factory, "--out", str(out), *extra)
+        proc = cli("run", "--backend", factory, "--ops", "write_kv,ragged_paged_attention", "--out", str(out), *extra)
         assert proc.returncode == 1, proc.stdout[-2000:]
         results = cli.report(out)["results"]
         crashed = [r for r in results if r["status"] == "crash"]
