@@ -1,7 +1,7 @@
 """Set up kvconform on a machine with nothing but Python, then run the main job or the tests.
 
     python3 ci/bootstrap.py report   # conformance report over every backend that runs here -> kvconform-out/
-    python3 ci/bootstrap.py test     # the project's tests, then the ci-profile conformance gate
+    python3 ci/bootstrap.py test     # the project's tests, then the ci-profile conformance gate (numpy, triton)
 
 Creates `.venv/` beside this repository (reused when its install stamp matches the constraints), installs
 the package editable with every extra, pinned by `ci/constraints.txt`. Uses only the standard library so it
@@ -77,8 +77,11 @@ def main(argv: list[str]) -> None:
         print(f"\nreport: {ROOT / 'kvconform-out' / 'report.html'} (also report.md, report.json, junit.xml)")
     else:
         step("project tests", [PY, "-m", "pytest", "-n", "2", "-q", "tests"])
-        step("conformance gate (ci profile, every backend that runs here)",
-             [kvconform, "run", "--profile", "ci", "--out", "ci-out"])
+        # The Pallas backend is not in the gate yet: one ssd_chunked_scan property crashes its worker
+        # (SIGSEGV inside jax's interpret mode) and its ci run takes ~20 min here (open issue 7).
+        # Its kernel tests run above in tests/backends.
+        step("conformance gate (ci profile: numpy and triton backends)",
+             [kvconform, "run", "--backend", "numpy", "--backend", "triton", "--profile", "ci", "--out", "ci-out"])
 
 
 if __name__ == "__main__":
