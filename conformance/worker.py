@@ -10,8 +10,10 @@ fresh worker. An exception raised by the backend comes back as `BackendError` wi
 """
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -24,19 +26,33 @@ class BackendCrash(BaseException):
 
 
 class BackendError(Exception):
-    """The backend raised an exception on an input the spec allows (a failure, not a crash)."""
+    """The backend raised an exception: a failure on valid input, the expected outcome on malformed input.
 
-    def __init__(self, type_name: str, message: str, tb: str = ""):
+    `mro` names the exception's classes (most derived first), so the engine can tell that a backend's own
+    `KernelArgumentError(ValueError)` is a ValueError without unpickling the backend's class."""
+
+    def __init__(self, type_name: str, message: str, tb: str = "", mro: tuple[str, ...] = ()):
         super().__init__(f"{type_name}: {message}")
         self.type_name, self.message, self.tb = type_name, message, tb
+        self.mro = tuple(mro) or (type_name,)
+
+
+def _error_payload(exc: BaseException) -> tuple:
+    """(type name, message, traceback, class names of the MRO): what BackendError is rebuilt from."""
+    names = tuple(c.__name__ for c in type(exc).__mro__)
+    return type(exc).__name__, str(exc), traceback.format_exc(limit=8), names
 
 
 class BackendUnavailable(Exception):
     """The backend could not be loaded in the worker."""
 
 
-def _serve(conn, spec: str) -> None:
-    """Worker main loop (runs in the child)."""
+def _serve(conn, spec: str, fault_path: str | None = None) -> None:
+    """Worker main loop (runs in the child). A fatal signal dumps the Python stacks to `fault_path`, so
+    that a crash report can say where the backend died (the process itself can tell nobody)."""
+    if fault_path is not None:
+        fault_file = open(fault_path, "w")  # noqa: SIM115 - must stay open for the life of the process
+        faulthandler.enable(file=fault_file, all_threads=True)
     from kvconform import backends
     try:
         backend = backends.load(spec)
@@ -58,7 +74,7 @@ def _serve(conn, spec: str) -> None:
             mutated = [k for k, v in before.items() if not _same_bits(v, kwargs[k])]
             conn.send(("ok", (_to_numpy(result), mutated)))
         except Exception as exc:
-            conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc(limit=8))))
+            conn.send(("error", _error_payload(exc)))
 
 
 def _same_bits(a: np.ndarray, b) -> bool:
@@ -81,13 +97,17 @@ class Worker:
         self.spec, self.timeout, self.start_timeout = spec, timeout, start_timeout
         self._proc = None
         self._conn = None
+        self._fault_path: str | None = None
         self.description: dict | None = None
         self.restarts = 0
 
     def start(self) -> dict:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child, self.spec), daemon=True, name=f"kvconform-{self.spec}")
+        fd, self._fault_path = tempfile.mkstemp(prefix="kvconform-fault-", suffix=".txt")
+        os.close(fd)
+        proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path), daemon=True,
+                           name=f"kvconform-{self.spec}")
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
@@ -129,9 +149,10 @@ class Worker:
             if code is None and self._proc is not None:
                 self._proc.join(timeout=2)
                 code = self._proc.exitcode
+            where = crash_site(self._fault_path)
             self.stop()
             raise BackendCrash(f"{op}: worker process died ({_describe_exit(code)}) after "
-                               f"{time.monotonic() - started:.1f} s") from None
+                               f"{time.monotonic() - started:.1f} s" + (f"; {where}" if where else "")) from None
         if status == "error":
             raise BackendError(*payload)
         result, mutated = payload
@@ -153,7 +174,43 @@ class Worker:
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join(timeout=5)
-        self._proc = self._conn = None
+        if self._fault_path is not None:
+            try:
+                os.unlink(self._fault_path)
+            except OSError:
+                pass
+        self._proc = self._conn = self._fault_path = None
+
+
+def crash_site(fault_path: str | None, frames: int = 4) -> str:
+    """The innermost Python frames of the thread that received the fatal signal, from faulthandler's dump
+    ("crashed in f (file:line) <- g (file:line) ..."); "" when nothing was dumped (a SIGKILL, say)."""
+    if not fault_path:
+        return ""
+    try:
+        with open(fault_path, errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return ""
+    # faulthandler prints the current thread first: 'Current thread 0x... (most recent call first):'
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), None)
+    if start is None:
+        start = next((i for i, line in enumerate(lines) if line.startswith("Thread ")), None)
+    if start is None:
+        return ""
+    sites = []
+    for line in lines[start + 1:]:
+        line = line.strip()
+        if not line.startswith("File "):
+            break
+        # 'File "/path/mod.py", line 12 in func'
+        path, _, rest = line[len('File "'):].partition('", line ')
+        lineno, _, func = rest.partition(" in ")
+        sites.append(f"{func} ({os.path.basename(path)}:{lineno})")
+        if len(sites) == frames:
+            break
+    return "crashed in " + " <- ".join(sites) if sites else ""
 
 
 def _describe_exit(code) -> str:
@@ -185,7 +242,7 @@ class InProcess:
         try:
             return getattr(self.backend, op)(**kwargs), []
         except Exception as exc:
-            raise BackendError(type(exc).__name__, str(exc), traceback.format_exc(limit=8)) from None
+            raise BackendError(*_error_payload(exc)) from None
 
     def stop(self) -> None:
         pass

@@ -17,11 +17,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .validation import (check_index_range, check_ndim, check_unique, float_input, int_input, int_scalar,
-                         require)
+from .validation import check_index_range, check_unique, float_input, int_input, int_scalar, require
 
 __all__ = ["AGGREGATIONS", "EvictionConfig", "ScoreState", "EvictionPlan", "empty_score_state",
-           "accumulate_scores", "block_scores", "plan_eviction"]
+           "accumulate_scores", "block_scores", "plan_eviction", "AccumulateScoresCall", "PlanEvictionCall",
+           "validate_accumulate_scores", "validate_plan_eviction"]
 
 #: EV-6: "sum" ranks tokens by accumulated mass, "norm_sum" by accumulated mass / count.
 AGGREGATIONS = ("sum", "norm_sum")
@@ -71,6 +71,32 @@ class EvictionPlan(NamedTuple):
     counts: np.ndarray                 # i32[L - k*block_size]
 
 
+class AccumulateScoresCall(NamedTuple):
+    """The arguments of one ``accumulate_scores`` call after validation (EV-17).
+
+    acc:         float64[L_old], finite (EV-4)
+    counts:      int64[L_old], each in [1, 2**31) (EV-5)
+    step_scores: float64[L_new], finite, L_new >= L_old; the new counts fit int32
+    """
+    acc: np.ndarray
+    counts: np.ndarray
+    step_scores: np.ndarray
+
+
+class PlanEvictionCall(NamedTuple):
+    """The arguments of one ``plan_eviction`` call after validation (EV-1, EV-17).
+
+    block_table: int64[cdiv(L, block_size)] physical pages, unique, in [0, 2**31)
+    acc:         float64[L], finite (EV-4)
+    counts:      int64[L], each in [1, 2**31) (EV-5)
+    config:      the EvictionConfig (EV-1 checked when it was built)
+    """
+    block_table: np.ndarray
+    acc: np.ndarray
+    counts: np.ndarray
+    config: EvictionConfig
+
+
 def empty_score_state() -> ScoreState:
     """The state of a sequence with no registered tokens (EV-3)."""
     return ScoreState(np.zeros(0, np.float64), np.zeros(0, np.int32))
@@ -96,6 +122,20 @@ def accumulate_scores(acc, counts, step_scores) -> ScoreState:
         acc'    = [acc, 0 (k times)] + step_scores
         counts' = [counts + k, k, k-1, ..., 1]
     """
+    call = validate_accumulate_scores(acc, counts, step_scores)
+    acc, counts, scores = call.acc, call.counts, call.step_scores
+    new = scores.shape[0] - acc.shape[0]
+    new_acc = np.concatenate([acc, np.zeros(new)]) + scores
+    new_counts = np.concatenate([counts + new, np.arange(new, 0, -1)]).astype(np.int32)
+    return ScoreState(new_acc, new_counts)
+
+
+def validate_accumulate_scores(acc, counts, step_scores) -> AccumulateScoresCall:
+    """Check every argument of `accumulate_scores` (EV-17) and return them normalised.
+
+    Takes the op's arguments (see `accumulate_scores`). Raises ValueError, or TypeError for a wrong
+    dtype, naming the argument and the broken rule.
+    """
     acc, counts = _state(acc, counts)
     scores = float_input("step_scores", step_scores, 1, "[L_new]")
     require(scores.shape[0] >= acc.shape[0],
@@ -103,9 +143,7 @@ def accumulate_scores(acc, counts, step_scores) -> ScoreState:
     require(bool(np.isfinite(scores).all()), "step_scores must be finite")
     new = scores.shape[0] - acc.shape[0]
     require(counts.size == 0 or int(counts.max()) + new <= _INT32_MAX, "counts would overflow int32")
-    new_acc = np.concatenate([acc, np.zeros(new)]) + scores
-    new_counts = np.concatenate([counts + new, np.arange(new, 0, -1)]).astype(np.int32)
-    return ScoreState(new_acc, new_counts)
+    return AccumulateScoresCall(acc, counts, scores)
 
 
 def block_scores(acc, counts, config: EvictionConfig) -> np.ndarray:
@@ -143,17 +181,10 @@ def plan_eviction(block_table, acc, counts, config: EvictionConfig) -> EvictionP
     recent_size/B) and k = max(0, floor(L/B) - max_cache_size/B) of them go: the k smallest under
     (block score, logical index). Returns an EvictionPlan (all integer arrays int32).
     """
-    config = _config(config)
-    acc, counts = _state(acc, counts)
+    call = validate_plan_eviction(block_table, acc, counts, config)
+    table, acc, counts, config = call.block_table, call.acc, call.counts, call.config
     block = config.block_size
-    table = int_input("block_table", block_table, 1, "[num_blocks]")
-    num_blocks = -(-acc.shape[0] // block)
-    require(table.shape[0] == num_blocks,
-            f"block_table must have cdiv(L, block_size) = cdiv({acc.shape[0]}, {block}) = {num_blocks} "
-            f"entries, got {table.shape[0]}")
-    check_index_range("block_table", table, 0, _INT32_MAX + 1, " (physical page ids)")
-    check_unique("block_table", table)
-
+    num_blocks = table.shape[0]
     full_blocks = acc.shape[0] // block
     num_evict = max(0, full_blocks - config.max_cache_size // block)                      # EV-9
     first = config.start_size // block                                                      # EV-8
@@ -177,3 +208,22 @@ def plan_eviction(block_table, acc, counts, config: EvictionConfig) -> EvictionP
         acc=acc[token_keep],
         counts=counts[token_keep].astype(np.int32),
     )
+
+
+def validate_plan_eviction(block_table, acc, counts, config) -> PlanEvictionCall:
+    """Check every argument of `plan_eviction` (EV-1, EV-17) and return them normalised.
+
+    Takes the op's arguments (see `plan_eviction`). Raises ValueError, or TypeError for a wrong type or
+    dtype, naming the argument and the broken rule.
+    """
+    config = _config(config)
+    acc, counts = _state(acc, counts)
+    block = config.block_size
+    table = int_input("block_table", block_table, 1, "[num_blocks]")
+    num_blocks = -(-acc.shape[0] // block)
+    require(table.shape[0] == num_blocks,
+            f"block_table must have cdiv(L, block_size) = cdiv({acc.shape[0]}, {block}) = {num_blocks} "
+            f"entries, got {table.shape[0]}")
+    check_index_range("block_table", table, 0, _INT32_MAX + 1, " (physical page ids)")
+    check_unique("block_table", table)
+    return PlanEvictionCall(table, acc, counts, config)

@@ -12,16 +12,35 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes
-from .validation import (as_array, check_index_range, check_ndim, check_shape, check_unique,
-                         float_input, int_input, positive_float, require)
+from .page_pools import kv_pools, kv_scale
+from .validation import check_index_range, check_shape, check_unique, float_input, int_input, require
 
-__all__ = ["KVPages", "write_kv"]
+__all__ = ["KVPages", "WriteKVCall", "validate_write_kv", "write_kv"]
 
 
 class KVPages(NamedTuple):
     """A K and a V page pool, each [P, page_size, Hkv, D] in the storage dtype."""
     k_pages: np.ndarray
     v_pages: np.ndarray
+
+
+class WriteKVCall(NamedTuple):
+    """The arguments of one ``write_kv`` call after validation (PA-46).
+
+    k_pages, v_pages: [P, page_size, Hkv, D] in the storage dtype, the caller's arrays (not copied)
+    k, v:             float64[N, Hkv, D]  exact upcasts of the new tokens
+    slot_mapping:     int64[N]; s >= 0 is page s // page_size, offset s % page_size; s < 0 skips (PA-41)
+    written:          int64[W]  the tokens t with slot_mapping[t] >= 0, ascending (PA-41)
+    k_scale, v_scale: np.float32 > 0 for quantized pages, else None (PA-44)
+    """
+    k_pages: np.ndarray
+    v_pages: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    slot_mapping: np.ndarray
+    written: np.ndarray
+    k_scale: np.float32 | None
+    v_scale: np.float32 | None
 
 
 def write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None) -> KVPages:
@@ -36,12 +55,20 @@ def write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None
     Returns KVPages(k_pages, v_pages) in the storage dtype: written slots hold the stored value of the
     new token (PA-43, PA-44), every other element is bitwise unchanged (PA-45). Inputs are not modified.
     """
-    k_pages, v_pages = _pool("k_pages", k_pages), _pool("v_pages", v_pages)
-    require(v_pages.shape == k_pages.shape,
-            f"v_pages must have the shape of k_pages {tuple(k_pages.shape)}, got {tuple(v_pages.shape)}")
-    require(v_pages.dtype == k_pages.dtype,
-            f"v_pages must have the dtype of k_pages ({dtypes.dtype_name(k_pages.dtype)}), "
-            f"got {dtypes.dtype_name(v_pages.dtype)}")
+    call = validate_write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
+    slots = call.slot_mapping[call.written]
+    return KVPages(_scatter(call.k_pages, call.k[call.written], slots, call.k_scale),
+                   _scatter(call.v_pages, call.v[call.written], slots, call.v_scale))
+
+
+def validate_write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None) -> WriteKVCall:
+    """Check every argument of `write_kv` (PA-46: shapes, PA-42, PA-44) and return them normalised.
+
+    Takes the op's arguments (see `write_kv` for their shapes). Raises ValueError, or TypeError for a
+    wrong dtype, naming the argument and the broken rule. Backends call this first, so a malformed call
+    fails with the oracle's own message before any launch.
+    """
+    k_pages, v_pages = kv_pools(k_pages, v_pages)
     P, page_size, Hkv, D = k_pages.shape
     require(page_size >= 1, f"k_pages must have page_size >= 1, got shape {tuple(k_pages.shape)}")
     slots = int_input("slot_mapping", slot_mapping, 1, "[N]")
@@ -54,53 +81,31 @@ def write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None
     check_index_range("slot_mapping", slots[written], 0, P * page_size,
                       f" (slots are page * page_size + offset with P={P}, page_size={page_size})")
     check_unique("slot_mapping", slots, ignore_negative=True)
-    k_scale = _scale("k_scale", k_scale, "k_pages", k_pages)
-    v_scale = _scale("v_scale", v_scale, "v_pages", v_pages)
+    k_scale = kv_scale("k_scale", k_scale, "k_pages", k_pages)
+    v_scale = kv_scale("v_scale", v_scale, "v_pages", v_pages)
+    if k_pages.dtype == np.int8:  # PA-44: int8 has no NaN; skipped tokens are not read (PA-41)
+        for name, values in (("k", k), ("v", v)):
+            nan = np.argwhere(np.isnan(values[written]))
+            if nan.size:
+                raise ValueError(f"{name} must not hold NaN in a written token when the pages are int8 "
+                                 f"({name}[{written[nan[0][0]]}] has NaN)")
+    return WriteKVCall(k_pages, v_pages, k, v, slots, written, k_scale, v_scale)
 
-    return KVPages(_scatter(k_pages, k[written], slots[written], k_scale, "k", written),
-                   _scatter(v_pages, v[written], slots[written], v_scale, "v", written))
 
-
-def _scatter(pages, values, slots, scale, name, rows) -> np.ndarray:
-    stored = _store(values, pages.dtype, scale, name, rows)
+def _scatter(pages, values, slots, scale) -> np.ndarray:
+    stored = _store(values, pages.dtype, scale)
     result = pages.copy()
     flat = result.reshape(-1, *pages.shape[2:])  # a view: slot s is row s
     flat[slots] = stored
     return result
 
 
-def _store(values: np.ndarray, dtype: np.dtype, scale, name: str, rows: np.ndarray) -> np.ndarray:
+def _store(values: np.ndarray, dtype: np.dtype, scale) -> np.ndarray:
     """PA-43 / PA-44: the storage value of each written token."""
     if dtypes.is_quantized_dtype(dtype):
-        if dtype == np.int8:
-            nan = np.argwhere(np.isnan(values))
-            if nan.size:
-                raise ValueError(f"{name} must not hold NaN in a written token when the pages are int8 "
-                                 f"({name}[{rows[nan[0][0]]}] has NaN)")
         return dtypes.quantize(values, scale, dtype)
     if dtype == np.float64:
         return values.copy()
     # Through float32 first, like the quantize rule: one pinned rounding for every backend.
     with np.errstate(over="ignore"):  # PA-43: overflow gives +-inf, as in an IEEE conversion
         return values.astype(np.float32).astype(dtype)
-
-
-def _pool(name: str, x) -> np.ndarray:
-    arr = as_array(name, x)
-    if not (dtypes.is_float_dtype(arr.dtype) or arr.dtype == np.int8):
-        raise TypeError(f"{name} must have a floating dtype or int8, got {dtypes.dtype_name(arr.dtype)}")
-    check_ndim(name, arr, 4, "[P, page_size, Hkv, D]")
-    return arr
-
-
-def _scale(name: str, scale, pages_name: str, pages: np.ndarray):
-    """PA-44: a scale is required for quantized pages and rejected for unquantized ones."""
-    kind = dtypes.dtype_name(pages.dtype)
-    if scale is None:
-        require(not dtypes.is_quantized_dtype(pages.dtype),
-                f"{name} is required when {pages_name} has the quantized dtype {kind}")
-        return None
-    require(dtypes.is_quantized_dtype(pages.dtype),
-            f"{name} must be None when {pages_name} is not quantized (dtype {kind})")
-    positive_float(name, scale)
-    return dtypes.as_scale(name, scale)

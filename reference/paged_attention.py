@@ -18,10 +18,10 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes
-from .validation import (as_array, check_ndim, check_shape, float_input, int_input, int_scalar,
-                         positive_float, require)
+from .page_pools import kv_pools, kv_scale
+from .validation import check_shape, float_input, int_input, int_scalar, positive_float, require
 
-__all__ = ["AttentionOutput", "ragged_paged_attention"]
+__all__ = ["AttentionCall", "AttentionOutput", "ragged_paged_attention", "validate_ragged_paged_attention"]
 
 _BLOCK_ELEMENTS = 1 << 21  # float64 logits per block: 16 MiB
 
@@ -37,21 +37,37 @@ class AttentionOutput(NamedTuple):
 
 
 @dataclass(frozen=True)
-class _Call:
-    """Validated arguments of one call (metadata as int64, options resolved)."""
-    q: np.ndarray            # float64[T, Hq, D]
-    k_pages: np.ndarray      # storage dtype [P, page_size, Hkv, D]
+class AttentionCall:
+    """The arguments of one ``ragged_paged_attention`` call after validation (PA-26 .. PA-30).
+
+    q:            float64[T, Hq, D]  exact upcast of q (PA-20)
+    k_pages:      [P, page_size, Hkv, D] in the storage dtype, the caller's array (not copied)
+    v_pages:      same shape and dtype as k_pages
+    kv_lens:      int64[S] (PA-3)
+    page_indices: int64[S, pages_per_seq] (PA-10); only entries in use by counted sequences were checked
+    cu_q_lens:    int64[S+1] (PA-4); only cu_q_lens[:num_seqs + 1] was checked (PA-30)
+    num_seqs:     int in [0, S] (PA-5)
+    sm_scale:     float > 0, the D ** -0.5 default resolved (PA-14)
+    sliding_window: int >= 1 or None (PA-15)
+    soft_cap:     float > 0 or None (PA-16)
+    sinks:        float64[Hq], finite or -inf, or None (PA-17)
+    k_scale, v_scale: np.float32 > 0 for quantized pages, else None (PA-18)
+    return_scores: bool (PA-21)
+    """
+    q: np.ndarray
+    k_pages: np.ndarray
     v_pages: np.ndarray
-    kv_lens: np.ndarray      # int64[S]
-    page_indices: np.ndarray  # int64[S, pages_per_seq]
-    cu_q_lens: np.ndarray    # int64[S+1]
+    kv_lens: np.ndarray
+    page_indices: np.ndarray
+    cu_q_lens: np.ndarray
     num_seqs: int
     sm_scale: float
     sliding_window: int | None
     soft_cap: float | None
-    sinks: np.ndarray | None  # float64[Hq]
+    sinks: np.ndarray | None
     k_scale: np.float32 | None
     v_scale: np.float32 | None
+    return_scores: bool
 
 
 def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
@@ -77,8 +93,10 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     Returns out: float64[T, Hq, D], or AttentionOutput(out, scores) when return_scores is True.
     Output rows t >= cu_q_lens[num_seqs] are unspecified (PA-25); this reference leaves them 0.
     """
-    call = _validate(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale,
-                     sliding_window, soft_cap, sinks, k_scale, v_scale, return_scores)
+    call = validate_ragged_paged_attention(
+        q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
+        sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+        return_scores=return_scores)
     T, Hq, D = call.q.shape
     num_slots = call.page_indices.shape[1] * call.k_pages.shape[1]
     out = np.zeros((T, Hq, D), dtype=np.float64)
@@ -88,7 +106,7 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     return AttentionOutput(out, scores) if return_scores else out
 
 
-def _attend_sequence(call: _Call, i: int, out: np.ndarray, scores: np.ndarray | None) -> None:
+def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None) -> None:
     """Fill the output rows (and the score row) of sequence i in place."""
     row0, row1 = int(call.cu_q_lens[i]), int(call.cu_q_lens[i + 1])
     q_len, kv_len = row1 - row0, int(call.kv_lens[i])
@@ -126,7 +144,7 @@ def _attend_sequence(call: _Call, i: int, out: np.ndarray, scores: np.ndarray | 
                 scores[i, lo:kv_len] += probs.sum(axis=(0, 1))
 
 
-def _attend_group(q_group, keys, values, visible, sinks, call: _Call, want_probs: bool):
+def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, want_probs: bool):
     """Softmax attention of the query heads sharing one KV head.
 
     q_group: float64[q_len, G, D]; keys, values: float64[L, D]; visible: bool[q_len, L];
@@ -182,45 +200,26 @@ def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale) -
 # Preconditions (PA-26 .. PA-30)
 
 
-def _kv_pool(name: str, x) -> np.ndarray:
-    arr = as_array(name, x)
-    if not (dtypes.is_float_dtype(arr.dtype) or arr.dtype == np.int8):
-        raise TypeError(f"{name} must have a floating dtype or int8, got {dtypes.dtype_name(arr.dtype)}")
-    check_ndim(name, arr, 4, "[P, page_size, Hkv, D]")
-    return arr
-
-
-def _kv_scale(name: str, scale, pages_name: str, pages: np.ndarray):
-    """PA-18: a scale is required for quantized pages and rejected for unquantized ones."""
-    quantized = dtypes.is_quantized_dtype(pages.dtype)
-    kind = dtypes.dtype_name(pages.dtype)
-    if scale is None:
-        require(not quantized, f"{name} is required when {pages_name} has the quantized dtype {kind}")
-        return None
-    require(quantized, f"{name} must be None when {pages_name} is not quantized (dtype {kind}); "
-                       f"scales apply to float8_e4m3fn, float8_e5m2 and int8 pages only")
-    positive_float(name, scale)
-    return dtypes.as_scale(name, scale)
-
-
 def _num_seqs(x, S: int) -> int:
     if isinstance(x, np.ndarray) and x.size == 1 and np.issubdtype(x.dtype, np.integer):
         x = x.reshape(())[()]  # accept the [1]-shaped device scalar some kernels take
     return int_scalar("num_seqs", x, minimum=0, maximum=S)
 
 
-def _validate(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale,
-              sliding_window, soft_cap, sinks, k_scale, v_scale, return_scores) -> _Call:
+def validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
+                                    sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
+                                    k_scale=None, v_scale=None, return_scores=False) -> AttentionCall:
+    """Check every argument of `ragged_paged_attention` (PA-26 .. PA-30) and return them normalised.
+
+    Takes the op's arguments (see `ragged_paged_attention` for their shapes). Raises ValueError, or
+    TypeError for a wrong type or dtype, naming the argument and the broken rule; entries that PA-5 and
+    PA-24 declare ignored are not checked (PA-30). Backends call this first, so a malformed call fails
+    with the oracle's own message before any launch.
+    """
     q = float_input("q", q, 3, "[T, Hq, D]")
-    k_pages = _kv_pool("k_pages", k_pages)
-    v_pages = _kv_pool("v_pages", v_pages)
+    k_pages, v_pages = kv_pools(k_pages, v_pages)
     T, Hq, D = q.shape
     P, page_size, Hkv, Dk = k_pages.shape
-    require(v_pages.shape == k_pages.shape,
-            f"v_pages must have the shape of k_pages {tuple(k_pages.shape)}, got {tuple(v_pages.shape)}")
-    require(v_pages.dtype == k_pages.dtype,
-            f"v_pages must have the dtype of k_pages ({dtypes.dtype_name(k_pages.dtype)}), "
-            f"got {dtypes.dtype_name(v_pages.dtype)}")
     require(Hq >= 1, f"q must have at least one head (Hq >= 1), got shape {tuple(q.shape)}")
     require(D >= 1, f"q must have head dim D >= 1, got shape {tuple(q.shape)}")
     require(page_size >= 1, f"k_pages must have page_size >= 1, got shape {tuple(k_pages.shape)}")
@@ -271,6 +270,18 @@ def _validate(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, s
             raise ValueError(f"sinks must be finite or -inf (sinks[{bad[0]}]={sinks[bad[0]]})")
     if not isinstance(return_scores, (bool, np.bool_)):
         raise TypeError(f"return_scores must be a bool, got {type(return_scores).__name__}")
-    return _Call(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, n, float(sm), window, cap, sinks,
-                 _kv_scale("k_scale", k_scale, "k_pages", k_pages),
-                 _kv_scale("v_scale", v_scale, "v_pages", v_pages))
+    # PA-18; this op's rejection message also lists the quantized dtypes.
+    hint = "; scales apply to float8_e4m3fn, float8_e5m2 and int8 pages only"
+    return AttentionCall(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, n, float(sm), window, cap,
+                         sinks, kv_scale("k_scale", k_scale, "k_pages", k_pages, hint=hint),
+                         kv_scale("v_scale", v_scale, "v_pages", v_pages, hint=hint), bool(return_scores))
+
+
+def _validate(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale,
+              sliding_window, soft_cap, sinks, k_scale, v_scale, return_scores) -> AttentionCall:
+    """TEMPORARY positional alias of `validate_ragged_paged_attention`: backends/pallas still imports it.
+    Delete once the Pallas adapter calls the public function."""
+    return validate_ragged_paged_attention(
+        q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
+        sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+        return_scores=return_scores)

@@ -16,12 +16,15 @@ RO-5, so that the reference is reproducible bit for bit across machines with the
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from .validation import (check_index_range, check_ndim, check_unique, float_input, int_input, int_scalar,
+from .validation import (check_index_range, check_unique, float_input, int_input, int_scalar,
                          positive_float, require)
 
-__all__ = ["ROTARY_LAYOUTS", "inverse_frequencies", "rope", "rerotation_lut", "rotate_keys", "shift_keys"]
+__all__ = ["ROTARY_LAYOUTS", "RotateKeysCall", "ShiftKeysCall", "inverse_frequencies", "rope",
+           "rerotation_lut", "rotate_keys", "shift_keys", "validate_rotate_keys", "validate_shift_keys"]
 
 #: RO-2: "half" pairs (j, j + rotary_dim/2) (NeoX / rotate_half); "interleaved" pairs (2j, 2j+1) (GPT-J).
 ROTARY_LAYOUTS = ("half", "interleaved")
@@ -120,8 +123,48 @@ def rerotation_lut(num_rows: int, rotary_dim: int, *, theta: float, block_size: 
     return np.concatenate([np.cos(angle), -np.sin(angle)], axis=1)
 
 
+class RotateKeysCall(NamedTuple):
+    """The arguments of one ``rotate_keys`` call after validation (RO-12).
+
+    layout:                "half" | "interleaved" (RO-2)
+    k_pages:               float64[P, page_size, Hkv, D]  exact upcast of the key cache
+    rotary_dim:            int, even, 2 <= rotary_dim <= D, the default D resolved (RO-2)
+    rotated_block_indices: int64[n] in [0, P), unique (RO-8)
+    rotation_deltas:       int64[n, 1] | int64[n, page_size], LUT rows in [0, rows) (RO-7, RO-9)
+    trig_lut:              float64[rows, rotary_dim], rows >= 1, exact upcast (RO-9)
+    """
+    layout: str
+    k_pages: np.ndarray
+    rotary_dim: int
+    rotated_block_indices: np.ndarray
+    rotation_deltas: np.ndarray
+    trig_lut: np.ndarray
+
+
+class ShiftKeysCall(NamedTuple):
+    """The arguments of one ``shift_keys`` call after validation (RO-12).
+
+    layout:                "half" | "interleaved" (RO-2)
+    k_pages:               float64[P, page_size, Hkv, D]  exact upcast of the key cache
+    rotary_dim:            int, even, 2 <= rotary_dim <= D, the default D resolved (RO-2)
+    rotated_block_indices: int64[n] in [0, P), unique (RO-8)
+    position_deltas:       int64[n, 1] | int64[n, page_size], any sign, int32 range (RO-7, RO-10)
+    inv_freq:              float64[rotary_dim/2]  w_j of theta, pinned as in RO-3
+    """
+    layout: str
+    k_pages: np.ndarray
+    rotary_dim: int
+    rotated_block_indices: np.ndarray
+    position_deltas: np.ndarray
+    inv_freq: np.ndarray
+
+
 def _check_blocks(k_pages, rotated_block_indices, deltas, deltas_name: str, layout, rotary_dim):
-    """Shared validation of rotate_keys / shift_keys (RO-1, RO-2, RO-7, RO-8)."""
+    """Checks shared by rotate_keys / shift_keys (RO-1, RO-2, RO-7, RO-8).
+
+    Returns (layout, k float64[P, page_size, Hkv, D], rotary_dim, indices int64[n],
+    deltas int64[n, 1] | int64[n, page_size]).
+    """
     layout = _layout(layout)
     k = float_input("k_pages", k_pages, 4, "[P, page_size, Hkv, D]")
     num_pages, page_size, _, head_dim = k.shape
@@ -137,6 +180,38 @@ def _check_blocks(k_pages, rotated_block_indices, deltas, deltas_name: str, layo
             f"{deltas_name} must have shape [n, 1] (per block) or [n, page_size] = [n, {page_size}] "
             f"(per token), got {tuple(d.shape)}")
     return layout, k, rotary_dim, idx, d
+
+
+def validate_rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout: str = "half",
+                         rotary_dim: int | None = None) -> RotateKeysCall:
+    """Check every argument of `rotate_keys` (RO-12) and return them normalised.
+
+    Takes the op's arguments (see `rotate_keys`). On top of the block checks, trig_lut must have at
+    least one row and width rotary_dim, and every rotation_deltas entry must name one of its rows.
+    Raises ValueError, or TypeError for a wrong type or dtype, naming the argument.
+    """
+    layout, k, rotary_dim, idx, rows = _check_blocks(k_pages, rotated_block_indices, rotation_deltas,
+                                                     "rotation_deltas", layout, rotary_dim)
+    lut = float_input("trig_lut", trig_lut, 2, "[rows, rotary_dim]")
+    require(lut.shape[0] >= 1, f"trig_lut must have at least one row, got shape {tuple(lut.shape)}")
+    require(lut.shape[1] == rotary_dim,
+            f"trig_lut must have width rotary_dim = {rotary_dim} ([cos | sin] halves), got {lut.shape[1]}")
+    check_index_range("rotation_deltas", rows, 0, lut.shape[0], f" (trig_lut has {lut.shape[0]} rows)")
+    return RotateKeysCall(layout, k, rotary_dim, idx, rows, lut)
+
+
+def validate_shift_keys(k_pages, rotated_block_indices, position_deltas, *, theta: float,
+                        layout: str = "half", rotary_dim: int | None = None) -> ShiftKeysCall:
+    """Check every argument of `shift_keys` (RO-12) and return them normalised.
+
+    Takes the op's arguments (see `shift_keys`). On top of the block checks, position_deltas must lie in
+    the int32 range and theta must be finite and > 0 (it is resolved to inv_freq here, RO-3).
+    Raises ValueError, or TypeError for a wrong type or dtype, naming the argument.
+    """
+    layout, k, rotary_dim, idx, deltas = _check_blocks(k_pages, rotated_block_indices, position_deltas,
+                                                       "position_deltas", layout, rotary_dim)
+    _int32_values("position_deltas", deltas)
+    return ShiftKeysCall(layout, k, rotary_dim, idx, deltas, inverse_frequencies(rotary_dim, theta=theta))
 
 
 def _per_token(deltas: np.ndarray, page_size: int) -> np.ndarray:
@@ -155,18 +230,13 @@ def rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, la
     rotated by row r = rotation_deltas[i, 0 or t] (c = lut[r, j], s = lut[r, j + rotary_dim/2]), the
     same for every KV head; every other element is copied.
     """
-    layout, k, rotary_dim, idx, rows = _check_blocks(k_pages, rotated_block_indices, rotation_deltas,
-                                                     "rotation_deltas", layout, rotary_dim)
-    lut = float_input("trig_lut", trig_lut, 2, "[rows, rotary_dim]")
-    require(lut.shape[0] >= 1, f"trig_lut must have at least one row, got shape {tuple(lut.shape)}")
-    require(lut.shape[1] == rotary_dim,
-            f"trig_lut must have width rotary_dim = {rotary_dim} ([cos | sin] halves), got {lut.shape[1]}")
-    check_index_range("rotation_deltas", rows, 0, lut.shape[0], f" (trig_lut has {lut.shape[0]} rows)")
-    rows = _per_token(rows, k.shape[1])
-    half = rotary_dim // 2
-    coeff = lut[rows][:, :, None, :]                 # [n, page_size, 1 (heads), rotary_dim]
+    call = validate_rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, layout=layout,
+                                rotary_dim=rotary_dim)
+    k, idx, half = call.k_pages, call.rotated_block_indices, call.rotary_dim // 2
+    rows = _per_token(call.rotation_deltas, k.shape[1])
+    coeff = call.trig_lut[rows][:, :, None, :]       # [n, page_size, 1 (heads), rotary_dim]
     out = k.copy()
-    out[idx] = _rotate_pairs(k[idx], coeff[..., :half], coeff[..., half:], layout, rotary_dim)
+    out[idx] = _rotate_pairs(k[idx], coeff[..., :half], coeff[..., half:], call.layout, call.rotary_dim)
     return out
 
 
@@ -178,11 +248,10 @@ def shift_keys(k_pages, rotated_block_indices, position_deltas, *, theta: float,
     position_deltas: i32[n, 1] or i32[n, page_size], in tokens, any sign (broadcast as in RO-7).
     Returns float64[P, page_size, Hkv, D]; pair j rotated by the angle fl64(delta * w_j) (RO-3).
     """
-    layout, k, rotary_dim, idx, deltas = _check_blocks(k_pages, rotated_block_indices, position_deltas,
-                                                       "position_deltas", layout, rotary_dim)
-    _int32_values("position_deltas", deltas)
-    deltas = _per_token(deltas, k.shape[1])
-    angle = _angles(deltas, inverse_frequencies(rotary_dim, theta=theta))[:, :, None, :]
+    call = validate_shift_keys(k_pages, rotated_block_indices, position_deltas, theta=theta, layout=layout,
+                               rotary_dim=rotary_dim)
+    k, idx = call.k_pages, call.rotated_block_indices
+    angle = _angles(_per_token(call.position_deltas, k.shape[1]), call.inv_freq)[:, :, None, :]
     out = k.copy()
-    out[idx] = _rotate_pairs(k[idx], np.cos(angle), np.sin(angle), layout, rotary_dim)
+    out[idx] = _rotate_pairs(k[idx], np.cos(angle), np.sin(angle), call.layout, call.rotary_dim)
     return out

@@ -1,9 +1,9 @@
 """The Triton backend adapter: capability claims, validation, NumPy <-> torch, kernel selection.
 
 Kernels live in one module per family (paged_attention, kv_write, ...); this module only converts
-arguments, checks them with the reference's own preconditions (so a malformed call fails with the same
-message as the oracle), picks launch parameters and converts results back. Ops are pure: in-place
-kernels run on copies.
+arguments, checks them with the reference's public `validate_*` functions (so a malformed call fails with
+the oracle's own message, from the one place that states the rule), adds the backend's dtype claims,
+picks launch parameters and converts results back. Ops are pure: in-place kernels run on copies.
 """
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import numpy as np
 
 from kvconform.backends.base import Availability, Backend, OpClaims
 from kvconform.reference import dtypes
-from kvconform.reference.validation import (check_index_range, check_shape, check_unique, float_input,
-                                            int_input, positive_float, require)
+from kvconform.reference.eviction import (EvictionPlan, ScoreState, validate_accumulate_scores,
+                                          validate_plan_eviction)
+from kvconform.reference.kv_write import KVPages, validate_write_kv
+from kvconform.reference.paged_attention import AttentionOutput, validate_ragged_paged_attention
+from kvconform.reference.rotation import validate_rotate_keys, validate_shift_keys
 
 from . import _runtime
 from .convert import metadata, to_numpy, to_torch
@@ -85,9 +88,10 @@ class TritonBackend(Backend):
     def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                                sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
                                k_scale=None, v_scale=None, return_scores=False):
-        from kvconform.reference import paged_attention as ref
-        call = ref._validate(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale,
-                             sliding_window, soft_cap, sinks, k_scale, v_scale, return_scores)
+        call = validate_ragged_paged_attention(
+            q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
+            sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+            return_scores=return_scores)
         rt = self._rt()
         _check_dtypes(q, k_pages)
         from . import paged_attention as kern
@@ -107,7 +111,7 @@ class TritonBackend(Backend):
         out = to_numpy(out)
         if not return_scores:
             return out
-        return ref.AttentionOutput(out, to_numpy(scores))
+        return AttentionOutput(out, to_numpy(scores))
 
     def _num_splits(self, max_q: int, max_kv: int, group: int, interpret: bool) -> int:
         threshold = self.split_min_kv
@@ -120,39 +124,32 @@ class TritonBackend(Backend):
         return int(min(16, max(2, -(-max_kv // chunk))))
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
-        from kvconform.reference.kv_write import KVPages
-        k_scale, v_scale = _validate_write(k_pages, v_pages, k, v, slot_mapping, k_scale, v_scale)
+        call = validate_write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
+        kn = dtypes.dtype_name(call.k_pages.dtype)
+        if kn not in _KV:
+            raise TypeError(f"k_pages dtype {kn} is not supported by the triton backend")
         rt = self._rt()
         from . import kv_write as kern
         dev = rt.device
         kp, vp = to_torch(k_pages, dev, copy=True), to_torch(v_pages, dev, copy=True)
         kt, vt = to_torch(_as_f32(k), dev), to_torch(_as_f32(v), dev)
-        kern.write_kv_(kp, vp, kt, vt, metadata(slot_mapping, dev), k_scale, v_scale)
+        kern.write_kv_(kp, vp, kt, vt, metadata(slot_mapping, dev), call.k_scale, call.v_scale)
         return KVPages(to_numpy(kp), to_numpy(vp))
-
 
     def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout="half",
                     rotary_dim=None):
-        from kvconform.reference import rotation as ref
-        layout, _, rotary_dim, _, rows = ref._check_blocks(
-            k_pages, rotated_block_indices, rotation_deltas, "rotation_deltas", layout, rotary_dim)
-        lut = float_input("trig_lut", trig_lut, 2, "[rows, rotary_dim]")
-        require(lut.shape[0] >= 1, f"trig_lut must have at least one row, got shape {tuple(lut.shape)}")
-        require(lut.shape[1] == rotary_dim,
-                f"trig_lut must have width rotary_dim = {rotary_dim} ([cos | sin] halves), got {lut.shape[1]}")
-        check_index_range("rotation_deltas", rows, 0, lut.shape[0], f" (trig_lut has {lut.shape[0]} rows)")
-        return self._rotate(k_pages, rotated_block_indices, rotation_deltas, rotary_dim, layout,
+        call = validate_rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, layout=layout,
+                                    rotary_dim=rotary_dim)
+        # The caller's LUT, not the validator's float64 copy: the kernel reads float16/32/64 LUTs as given.
+        return self._rotate(k_pages, rotated_block_indices, rotation_deltas, call.rotary_dim, call.layout,
                             trig_lut=np.asarray(trig_lut))
 
     def shift_keys(self, k_pages, rotated_block_indices, position_deltas, *, theta, layout="half",
                    rotary_dim=None):
-        from kvconform.reference import rotation as ref
-        layout, _, rotary_dim, _, deltas = ref._check_blocks(
-            k_pages, rotated_block_indices, position_deltas, "position_deltas", layout, rotary_dim)
-        ref._int32_values("position_deltas", deltas)
-        inv_freq = ref.inverse_frequencies(rotary_dim, theta=theta)  # RO-3: the pinned float64 w_j
-        return self._rotate(k_pages, rotated_block_indices, position_deltas, rotary_dim, layout,
-                            inv_freq=inv_freq)
+        call = validate_shift_keys(k_pages, rotated_block_indices, position_deltas, theta=theta,
+                                   layout=layout, rotary_dim=rotary_dim)
+        return self._rotate(k_pages, rotated_block_indices, position_deltas, call.rotary_dim, call.layout,
+                            inv_freq=call.inv_freq)  # RO-3: the pinned float64 w_j
 
     def _rotate(self, k_pages, indices, deltas, rotary_dim, layout, *, trig_lut=None, inv_freq=None):
         name = dtypes.dtype_name(np.asarray(k_pages).dtype)
@@ -173,19 +170,18 @@ class TritonBackend(Backend):
     # --- eviction (spec/eviction.md) -------------------------------------------------------------
     def accumulate_scores(self, acc, counts, step_scores):
         """EV-4/EV-5 on device: acc float[L], counts int[L], step_scores float[L_new] -> ScoreState."""
-        from kvconform.reference import eviction as ref
-        acc64, counts64, step64 = _validate_accumulate(acc, counts, step_scores)
+        call = validate_accumulate_scores(acc, counts, step_scores)
         rt = self._rt()
         from . import eviction as kern
         dev = rt.device
-        new_acc, new_counts = kern.accumulate_scores(_f64(acc, acc64, dev), metadata(counts, dev),
-                                                     _f64(step_scores, step64, dev))
-        return ref.ScoreState(to_numpy(new_acc), to_numpy(new_counts))
+        new_acc, new_counts = kern.accumulate_scores(_f64(acc, call.acc, dev), metadata(counts, dev),
+                                                     _f64(step_scores, call.step_scores, dev))
+        return ScoreState(to_numpy(new_acc), to_numpy(new_counts))
 
     def plan_eviction(self, block_table, acc, counts, config):
         """EV-8 .. EV-16 on device: block_table int[cdiv(L, B)], acc float[L], counts int[L] -> EvictionPlan."""
-        from kvconform.reference import eviction as ref
-        config, acc64 = _validate_plan(block_table, acc, counts, config)
+        call = validate_plan_eviction(block_table, acc, counts, config)
+        config, acc64 = call.config, call.acc
         rt = self._rt()
         from . import eviction as kern
         dev = rt.device
@@ -196,7 +192,7 @@ class TritonBackend(Backend):
                                  block_size=B, first=config.start_size // B,                 # EV-8
                                  last=full - config.recent_size // B, n_evict=n_evict,
                                  norm=config.aggregation == "norm_sum")
-        return ref.EvictionPlan(*(to_numpy(t) for t in out))
+        return EvictionPlan(*(to_numpy(t) for t in out))
 
     # --- recurrent states (spec/recurrent.md); validation and launches in recurrent/adapter.py ---
     def causal_conv1d_update(self, x, conv_state, weight, bias=None, *, activation=None, state_indices=None):
@@ -237,37 +233,6 @@ def _f64(original, upcast: np.ndarray, dev):
     return to_torch(original if original.dtype == np.float64 else upcast, dev)
 
 
-def _validate_accumulate(acc, counts, step_scores):
-    """The preconditions of reference.accumulate_scores (EV-17), in its order and with its messages.
-    Uses the reference's private `_state` (acc/counts checks) so the two cannot drift apart."""
-    from kvconform.reference import eviction as ref
-    acc64, counts64 = ref._state(acc, counts)
-    step = float_input("step_scores", step_scores, 1, "[L_new]")
-    require(step.shape[0] >= acc64.shape[0],
-            f"step_scores must cover every tracked token: length {step.shape[0]} < L_old = {acc64.shape[0]}")
-    require(bool(np.isfinite(step).all()), "step_scores must be finite")
-    new = step.shape[0] - acc64.shape[0]
-    require(counts64.size == 0 or int(counts64.max()) + new <= 2 ** 31 - 1, "counts would overflow int32")
-    return acc64, counts64, step
-
-
-def _validate_plan(block_table, acc, counts, config):
-    """The preconditions of reference.plan_eviction (EV-1, EV-17), in its order and with its messages
-    (private `_config` / `_state` of the reference, then its block_table checks)."""
-    from kvconform.reference import eviction as ref
-    config = ref._config(config)
-    acc64, _ = ref._state(acc, counts)
-    block = config.block_size
-    table = int_input("block_table", block_table, 1, "[num_blocks]")
-    num_blocks = -(-acc64.shape[0] // block)
-    require(table.shape[0] == num_blocks,
-            f"block_table must have cdiv(L, block_size) = cdiv({acc64.shape[0]}, {block}) = {num_blocks} "
-            f"entries, got {table.shape[0]}")
-    check_index_range("block_table", table, 0, 2 ** 31, " (physical page ids)")
-    check_unique("block_table", table)
-    return config, acc64
-
-
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -286,38 +251,3 @@ def _as_f32(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     name = dtypes.dtype_name(x.dtype)
     return x if name in ("float32", "float16", "bfloat16") else x.astype(np.float32)
-
-
-def _validate_write(k_pages, v_pages, k, v, slot_mapping, k_scale, v_scale):
-    """The preconditions of reference.write_kv (PA-40 .. PA-46), checked before any launch."""
-    from kvconform.reference import kv_write as ref
-    k_pages, v_pages = ref._pool("k_pages", k_pages), ref._pool("v_pages", v_pages)
-    require(v_pages.shape == k_pages.shape,
-            f"v_pages must have the shape of k_pages {tuple(k_pages.shape)}, got {tuple(v_pages.shape)}")
-    require(v_pages.dtype == k_pages.dtype,
-            f"v_pages must have the dtype of k_pages ({dtypes.dtype_name(k_pages.dtype)}), "
-            f"got {dtypes.dtype_name(v_pages.dtype)}")
-    P, page_size, Hkv, D = k_pages.shape
-    require(page_size >= 1, f"k_pages must have page_size >= 1, got shape {tuple(k_pages.shape)}")
-    slots = int_input("slot_mapping", slot_mapping, 1, "[N]")
-    N = slots.shape[0]
-    for name, x in (("k", k), ("v", v)):
-        arr = np.asarray(x)
-        float_input(name, arr.reshape(-1)[:0])  # dtype rule only: no float64 copy of the data
-        check_shape(name, arr, (N, Hkv, D), "[N, Hkv, D]")
-    written = slots[slots >= 0]
-    check_index_range("slot_mapping", written, 0, P * page_size,
-                      f" (slots are page * page_size + offset with P={P}, page_size={page_size})")
-    check_unique("slot_mapping", slots, ignore_negative=True)
-    kn = dtypes.dtype_name(k_pages.dtype)
-    if kn not in _KV:
-        raise TypeError(f"k_pages dtype {kn} is not supported by the triton backend")
-    if k_pages.dtype == np.int8:
-        for name, x in (("k", k), ("v", v)):
-            rows = np.flatnonzero(slots >= 0)
-            bad = np.argwhere(np.isnan(np.asarray(x)[rows].astype(np.float32)))
-            if bad.size:
-                raise ValueError(f"{name} must not hold NaN in a written token when the pages are int8 "
-                                 f"({name}[{rows[bad[0][0]]}] has NaN)")
-    return (ref._scale("k_scale", k_scale, "k_pages", k_pages),
-            ref._scale("v_scale", v_scale, "v_pages", v_pages))

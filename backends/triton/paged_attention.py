@@ -71,6 +71,36 @@ def _tile_setup(cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window,
 
 
 @triton.jit
+def _q_tile(q_ptr, q_start, q_end, first_pos, kvh, stride_qt, stride_qh, stride_qd,
+            D: tl.constexpr, D_PAD: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+            BLOCK_Q: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """The query rows of this program's tile: one load, shared by the attention and the scores kernel.
+
+    Row r of the tile is token r // GROUP_PAD and query head kvh * GROUP + r % GROUP_PAD (PA-12): the
+    GROUP heads sharing KV head kvh sit in one tile, so each K/V element is loaded once per tile.
+    With BLOCK_M = BLOCK_Q * GROUP_PAD, returns
+        tok:    int[BLOCK_M]   token of each row within the tile
+        head:   int[BLOCK_M]   query head of each row
+        row_ok: bool[BLOCK_M]  a real token (< q_end) and a real head (< GROUP)
+        pos:    int[BLOCK_M]   position of the row's token (PA-6)
+        d_offs: int[D_PAD]     head-dim offsets
+        q:      DOT_DTYPE[BLOCK_M, D_PAD], 0 in padding rows and columns (masked, never read)
+    """
+    BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
+    r = tl.arange(0, BLOCK_M)
+    tok = r // GROUP_PAD
+    g = r % GROUP_PAD
+    row_ok = (q_start + tok < q_end) & (g < GROUP)
+    head = kvh * GROUP + g
+    pos = first_pos + tok
+    d_offs = tl.arange(0, D_PAD)
+    q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+    q = tl.load(q_ptr + q_rows[:, None] + d_offs[None, :] * stride_qd,
+                mask=row_ok[:, None] & (d_offs[None, :] < D), other=0.0).to(DOT_DTYPE)
+    return tok, head, row_ok, pos, d_offs, q
+
+
+@triton.jit
 def _logits(q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale,
             k_ptr, page_ptr, stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh_off, page_size,
             d_offs, D: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr,
@@ -111,16 +141,9 @@ def _attention_kernel(
         cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window, BLOCK_Q, HAS_WINDOW)
     if q_start < q_end:
         BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
-        r = tl.arange(0, BLOCK_M)
-        tok = r // GROUP_PAD
-        g = r % GROUP_PAD
-        row_ok = (q_start + tok < q_end) & (g < GROUP)
-        head = kvh * GROUP + g
-        pos = first_pos + tok
-        d_offs = tl.arange(0, D_PAD)
-        q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
-        q = tl.load(q_ptr + q_rows[:, None] + d_offs[None, :] * stride_qd,
-                    mask=row_ok[:, None] & (d_offs[None, :] < D), other=0.0).to(DOT_DTYPE)
+        tok, head, row_ok, pos, d_offs, q = _q_tile(
+            q_ptr, q_start, q_end, first_pos, kvh, stride_qt, stride_qh, stride_qd,
+            D, D_PAD, GROUP, GROUP_PAD, BLOCK_Q, DOT_DTYPE)
 
         # This split's share of the visited blocks (all of them when NUM_SPLITS == 1).
         start = (lo // BLOCK_N) * BLOCK_N
@@ -222,17 +245,9 @@ def _scores_kernel(
     seq, q_start, q_end, first_pos, lo, hi = _tile_setup(
         cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window, BLOCK_Q, HAS_WINDOW)
     if q_start < q_end:
-        BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
-        r = tl.arange(0, BLOCK_M)
-        tok = r // GROUP_PAD
-        g = r % GROUP_PAD
-        row_ok = (q_start + tok < q_end) & (g < GROUP)
-        head = kvh * GROUP + g
-        pos = first_pos + tok
-        d_offs = tl.arange(0, D_PAD)
-        q_rows = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
-        q = tl.load(q_ptr + q_rows[:, None] + d_offs[None, :] * stride_qd,
-                    mask=row_ok[:, None] & (d_offs[None, :] < D), other=0.0).to(DOT_DTYPE)
+        tok, head, row_ok, pos, d_offs, q = _q_tile(
+            q_ptr, q_start, q_end, first_pos, kvh, stride_qt, stride_qh, stride_qd,
+            D, D_PAD, GROUP, GROUP_PAD, BLOCK_Q, DOT_DTYPE)
         lse = tl.load(lse_ptr + (q_start + tok) * stride_lt + head, mask=row_ok, other=0.0)
         for n0 in range((lo // BLOCK_N) * BLOCK_N, hi, BLOCK_N):
             n_offs = n0 + tl.arange(0, BLOCK_N)

@@ -1,12 +1,13 @@
 """Recurrent states (spec/recurrent.md, clauses RS-*): the slot pool, the Mamba / Mamba2 / RWKV6 kernels
 and the state store. One module per kernel family; `slots` holds the pool rules they share."""
 from .activations import SOFTPLUS_THRESHOLD, silu, softplus
-from .conv1d import ConvUpdate, causal_conv1d_update
+from .conv1d import ConvUpdate, ConvUpdateCall, causal_conv1d_update, validate_causal_conv1d_update
 from .conv_layouts import window_from_circular, window_from_rolled, window_to_rolled
-from .rwkv6 import WKV6, rwkv6_wkv
-from .selective_state import SelectiveStateUpdate, selective_state_update
+from .rwkv6 import WKV6, WKV6Call, rwkv6_wkv, validate_rwkv6_wkv
+from .selective_state import (SelectiveStateCall, SelectiveStateUpdate, selective_state_update,
+                              validate_selective_state_update)
 from .slots import PAD_SLOT
-from .ssd_scan import SSDScan, ssd_chunked_scan
+from .ssd_scan import SSDScan, SSDScanCall, ssd_chunked_scan, validate_ssd_chunked_scan
 from .store import (Checkpoint, SlotAssignment, StoreError, StoreMeta, StoreUpdate, assign_slots,
                     checkpoint, copy_sequence, keep_sequence, new_store, remove_sequence, restore,
                     rollback, slot_refcounts)
@@ -15,6 +16,9 @@ __all__ = [
     # kernels (op names of backends/base.py OPS)
     "causal_conv1d_update", "selective_state_update", "ssd_chunked_scan", "rwkv6_wkv",
     "ConvUpdate", "SelectiveStateUpdate", "SSDScan", "WKV6",
+    # their argument checks: backends call these first, so errors match the oracle's (RS-2 … RS-20)
+    "validate_causal_conv1d_update", "validate_selective_state_update", "validate_ssd_chunked_scan",
+    "validate_rwkv6_wkv", "ConvUpdateCall", "SelectiveStateCall", "SSDScanCall", "WKV6Call",
     # pool rules and pointwise functions
     "PAD_SLOT", "SOFTPLUS_THRESHOLD", "softplus", "silu",
     # conv window layouts (RS-13)

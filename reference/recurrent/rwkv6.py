@@ -16,6 +16,28 @@ class WKV6(NamedTuple):
     state: np.ndarray  # [num_slots, H, K, V] the new pool, the pool's dtype
 
 
+class WKV6Call(NamedTuple):
+    """The arguments of one ``rwkv6_wkv`` call after validation (RS-2 .. RS-6, RS-17, RS-20).
+
+    r, k, w:           float64[T, H, K]
+    v:                 float64[T, H, V]
+    u:                 float64[H, K]
+    state:             [num_slots, H, K, V] float32|float64, the caller's array (not copied, RS-6)
+    cu_seqlens:        int64[S+1], 0 .. T, non-decreasing (RS-17)
+    state_indices:     int64[S], slots in [-1, num_slots), -1 = padding, distinct otherwise (RS-2, RS-3)
+    has_initial_state: bool[S], all True when it was None (RS-5)
+    """
+    r: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    w: np.ndarray
+    u: np.ndarray
+    state: np.ndarray
+    cu_seqlens: np.ndarray
+    state_indices: np.ndarray
+    has_initial_state: np.ndarray
+
+
 def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None) -> WKV6:
     """RWKV6 time mixing (RS-20): the output reads the old state plus the bonus u.
 
@@ -27,6 +49,30 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
 
     Per token and head: y[v] = sum_k r[k] (S[k, v] + u[k] k[k] v[v]); then S <- w[k] S[k, v] + k[k] v[v].
     No scale is applied. Returns WKV6(out, state = new pool with each live sequence's final state).
+    """
+    call = validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, state_indices=state_indices,
+                              has_initial_state=has_initial_state)
+    r, k, v, w, u, cu, idx = call.r, call.k, call.v, call.w, call.u, call.cu_seqlens, call.state_indices
+    S_all = gather_rows(call.state, idx, call.has_initial_state)  # [S, H, K, V]
+    out = np.zeros(v.shape)
+    for s in range(cu.shape[0] - 1):
+        if idx[s] < 0:
+            continue
+        S = S_all[s]
+        for t in range(int(cu[s]), int(cu[s + 1])):
+            kv = k[t][:, :, None] * v[t][:, None, :]              # [H, K, V]
+            out[t] = ordered_sum(r[t][:, :, None] * (S + u[:, :, None] * kv), axis=1)
+            S = w[t][:, :, None] * S + kv
+        S_all[s] = S
+    return WKV6(out, scatter_rows(call.state, idx, S_all))
+
+
+def validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None
+                       ) -> WKV6Call:
+    """Check every argument of `rwkv6_wkv` (RS-2 .. RS-6, RS-17, RS-20) and return them normalised.
+
+    Takes the op's arguments (see `rwkv6_wkv`). Raises ValueError, or TypeError for a wrong type or
+    dtype, naming the argument and the broken rule.
     """
     pool = pool_input("state", state, 4, "[num_slots, H, K, V]")
     num_slots, heads, dk, dv = pool.shape
@@ -45,16 +91,4 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
     seqs = cu.shape[0] - 1
     idx = slot_indices("state_indices", state_indices, seqs, num_slots)
     from_state = initial_flags("has_initial_state", has_initial_state, seqs)
-
-    S_all = gather_rows(pool, idx, from_state)                    # [S, H, K, V]
-    out = np.zeros((tokens, heads, dv))
-    for s in range(seqs):
-        if idx[s] < 0:
-            continue
-        S = S_all[s]
-        for t in range(int(cu[s]), int(cu[s + 1])):
-            kv = ka[t][:, :, None] * va[t][:, None, :]            # [H, K, V]
-            out[t] = ordered_sum(ra[t][:, :, None] * (S + ua[:, :, None] * kv), axis=1)
-            S = wa[t][:, :, None] * S + kv
-        S_all[s] = S
-    return WKV6(out, scatter_rows(pool, idx, S_all))
+    return WKV6Call(ra, ka, va, wa, ua, pool, cu, idx, from_state)

@@ -6,7 +6,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..validation import check_shape, float_input, require
-from .args import bool_flag, optional_float
+from .args import bool_flag, mamba2_inputs, mamba2_options, optional_float
 from .activations import silu, softplus
 from .reductions import ordered_sum
 from .slots import gather_rows, pool_input, scatter_rows, slot_indices
@@ -15,6 +15,34 @@ from .slots import gather_rows, pool_input, scatter_rows, slot_indices
 class SelectiveStateUpdate(NamedTuple):
     out: np.ndarray    # Mamba1 [B, D], Mamba2 [B, H, P]; float64
     state: np.ndarray  # the new pool, the pool's dtype
+
+
+class SelectiveStateCall(NamedTuple):
+    """The arguments of one ``selective_state_update`` call after validation (RS-14 .. RS-16).
+
+    The form follows the pool's rank: Mamba1 when state.ndim == 3, Mamba2 when state.ndim == 4.
+    state:         Mamba1 [num_slots, D, N] | Mamba2 [num_slots, H, P, N], float32|float64, the
+                   caller's array (not copied, RS-6)
+    x:             float64 Mamba1 [B, D] | Mamba2 [B, H, P]
+    dt:            float64 Mamba1 [B, D] | Mamba2 [B, H]
+    A:             float64 Mamba1 [D, N] | Mamba2 [H]
+    B, C:          float64 Mamba1 [B, N] | Mamba2 [B, G, N], G divides H (RS-16)
+    D, dt_bias:    float64 Mamba1 [D] | Mamba2 [H], or None
+    z:             float64 shaped like x, or None
+    dt_softplus:   bool (RS-14)
+    state_indices: int64[B], slots in [-1, num_slots), -1 = padding, distinct otherwise (RS-2, RS-3)
+    """
+    state: np.ndarray
+    x: np.ndarray
+    dt: np.ndarray
+    A: np.ndarray
+    B: np.ndarray
+    C: np.ndarray
+    D: np.ndarray | None
+    z: np.ndarray | None
+    dt_bias: np.ndarray | None
+    dt_softplus: bool
+    state_indices: np.ndarray
 
 
 def effective_dt(dt: np.ndarray, dt_bias, dt_softplus: bool) -> np.ndarray:
@@ -56,6 +84,43 @@ def selective_state_update(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=Non
     dt' = softplus?(dt + dt_bias); S <- S * exp(dt' A) + (dt' x) B^T; y = S C + D x; y <- y * silu(z).
     Returns SelectiveStateUpdate(out float64, state = new pool); padding rows: out 0, pool untouched.
     """
+    call = validate_selective_state_update(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                                           dt_softplus=dt_softplus, state_indices=state_indices)
+    pool, idx = call.state, call.state_indices
+    batch = idx.shape[0]
+    dtp = effective_dt(call.dt, call.dt_bias, call.dt_softplus)
+    if pool.ndim == 3:
+        # Mamba1 is the general form with one head of P = D channels.
+        x4, dt4, A4 = call.x[:, None], dtp[:, None], call.A[None]
+        Bh, Ch = call.B[:, None], call.C[:, None]
+        D4 = None if call.D is None else call.D[None]
+        z4 = None if call.z is None else call.z[:, None]
+    else:
+        _, heads, p, n = pool.shape
+        g = head_groups(heads, call.B.shape[1])
+        x4 = call.x
+        dt4 = np.broadcast_to(dtp[..., None], call.x.shape)
+        A4 = np.broadcast_to(call.A[:, None, None], (heads, p, n))
+        Bh, Ch = call.B[:, g], call.C[:, g]
+        D4 = None if call.D is None else np.broadcast_to(call.D[:, None], (heads, p))
+        z4 = call.z
+    S = gather_rows(pool, idx, np.ones(batch, dtype=bool))
+    S4 = S[:, None] if pool.ndim == 3 else S
+    y, S_new = ssm_step(S4, x4, dt4, A4, Bh, Ch, D4, z4)
+    if pool.ndim == 3:
+        y, S_new = y[:, 0], S_new[:, 0]
+    y[idx < 0] = 0.0
+    return SelectiveStateUpdate(y, scatter_rows(pool, idx, S_new))
+
+
+def validate_selective_state_update(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=None,
+                                    dt_softplus=False, state_indices=None) -> SelectiveStateCall:
+    """Check every argument of `selective_state_update` (RS-2 .. RS-6, RS-14 .. RS-16) and return them
+    normalised.
+
+    Takes the op's arguments (see `selective_state_update` for both forms). Raises ValueError, or
+    TypeError for a wrong type or dtype, naming the argument and the broken rule.
+    """
     pool = pool_input("state", state, np.ndim(state), "")
     require(pool.ndim in (3, 4), f"state must have rank 3 [num_slots, D, N] (Mamba1) or rank 4 "
                                  f"[num_slots, H, P, N] (Mamba2), got shape {pool.shape}")
@@ -76,42 +141,10 @@ def selective_state_update(state, x, dt, A, B, C, *, D=None, z=None, dt_bias=Non
         Da = optional_float("D", D, (dim,), "[D]")
         za = optional_float("z", z, (batch, dim), "[B, D]")
         bias = optional_float("dt_bias", dt_bias, (dim,), "[D]")
-        # Mamba1 is the general form with one head of P = D channels.
-        x4, dt4, A4 = xa[:, None], effective_dt(dta, bias, dt_softplus)[:, None], Aa[None]
-        Bh, Ch = Ba[:, None], Ca[:, None]
-        D4 = None if Da is None else Da[None]
-        z4 = None if za is None else za[:, None]
     else:
         _, heads, p, n = pool.shape
-        xa = float_input("x", x, 3, "[B, H, P]")
+        xa, dta, Aa, Ba, Ca = mamba2_inputs("B", heads, p, n, x, dt, A, B, C)
         batch = xa.shape[0]
-        check_shape("x", xa, (batch, heads, p), "[B, H, P]")
-        dta = float_input("dt", dt, 2, "[B, H]")
-        check_shape("dt", dta, (batch, heads), "[B, H]")
-        Aa = float_input("A", A, 1, "[H]")
-        check_shape("A", Aa, (heads,), "[H]")
-        Ba = float_input("B", B, 3, "[B, G, N]")
-        groups = Ba.shape[1]
-        check_shape("B", Ba, (batch, groups, n), "[B, G, N]")
-        require(groups >= 1 and heads % groups == 0,
-                f"B must have a group count G that divides H = {heads}, got G = {groups}")
-        Ca = float_input("C", C, 3, "[B, G, N]")
-        check_shape("C", Ca, (batch, groups, n), "[B, G, N]")
-        Da = optional_float("D", D, (heads,), "[H]")
-        za = optional_float("z", z, (batch, heads, p), "[B, H, P]")
-        bias = optional_float("dt_bias", dt_bias, (heads,), "[H]")
-        g = head_groups(heads, groups)
-        x4 = xa
-        dt4 = np.broadcast_to(effective_dt(dta, bias, dt_softplus)[..., None], xa.shape)
-        A4 = np.broadcast_to(Aa[:, None, None], (heads, p, n))
-        Bh, Ch = Ba[:, g], Ca[:, g]
-        D4 = None if Da is None else np.broadcast_to(Da[:, None], (heads, p))
-        z4 = za
+        Da, za, bias = mamba2_options("B", batch, heads, p, D, z, dt_bias)
     idx = slot_indices("state_indices", state_indices, batch, pool.shape[0])
-    S = gather_rows(pool, idx, np.ones(batch, dtype=bool))
-    S4 = S[:, None] if pool.ndim == 3 else S
-    y, S_new = ssm_step(S4, x4, dt4, A4, Bh, Ch, D4, z4)
-    if pool.ndim == 3:
-        y, S_new = y[:, 0], S_new[:, 0]
-    y[idx < 0] = 0.0
-    return SelectiveStateUpdate(y, scatter_rows(pool, idx, S_new))
+    return SelectiveStateCall(pool, xa, dta, Aa, Ba, Ca, Da, za, bias, dt_softplus, idx)

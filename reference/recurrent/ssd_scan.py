@@ -10,9 +10,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..validation import check_shape, float_input, int_scalar, require
+from ..validation import int_scalar
 from .activations import silu
-from .args import bool_flag, optional_float
+from .args import bool_flag, mamba2_inputs, mamba2_options
 from .selective_state import effective_dt, head_groups
 from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
 from .varlen import cu_seqlens_input
@@ -22,6 +22,40 @@ class SSDScan(NamedTuple):
     out: np.ndarray        # [T, H, P] float64
     state: np.ndarray      # [num_slots, H, P, N] the new pool, the pool's dtype
     snapshots: np.ndarray  # [S, K, H, P, N] the pool's dtype; K = num_snapshots
+
+
+class SSDScanCall(NamedTuple):
+    """The arguments of one ``ssd_chunked_scan`` call after validation (RS-2 .. RS-6, RS-17).
+
+    state:             [num_slots, H, P, N] float32|float64, the caller's array (not copied, RS-6)
+    x:                 float64[T, H, P]
+    dt:                float64[T, H]
+    A:                 float64[H]
+    B, C:              float64[T, G, N], G divides H (RS-16)
+    cu_seqlens:        int64[S+1], 0 .. T, non-decreasing (RS-17)
+    chunk_size:        int >= 1 (RS-18)
+    state_indices:     int64[S], slots in [-1, num_slots), -1 = padding, distinct otherwise (RS-2, RS-3)
+    has_initial_state: bool[S], all True when it was None (RS-5)
+    D, dt_bias:        float64[H] or None
+    z:                 float64[T, H, P] or None
+    dt_softplus:       bool (RS-14)
+    num_snapshots:     int K >= 0 (RS-19)
+    """
+    state: np.ndarray
+    x: np.ndarray
+    dt: np.ndarray
+    A: np.ndarray
+    B: np.ndarray
+    C: np.ndarray
+    cu_seqlens: np.ndarray
+    chunk_size: int
+    state_indices: np.ndarray
+    has_initial_state: np.ndarray
+    D: np.ndarray | None
+    z: np.ndarray | None
+    dt_bias: np.ndarray | None
+    dt_softplus: bool
+    num_snapshots: int
 
 
 def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_indices=None,
@@ -42,36 +76,19 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
     Returns SSDScan(out, state = new pool with each live sequence's final state, snapshots).
     Padding sequences: out rows 0, snapshots 0, pool untouched. Snapshots r > L_s are NaN (RS-19).
     """
-    pool = pool_input("state", state, 4, "[num_slots, H, P, N]")
-    num_slots, heads, p, n = pool.shape
-    xa = float_input("x", x, 3, "[T, H, P]")
-    tokens = xa.shape[0]
-    check_shape("x", xa, (tokens, heads, p), "[T, H, P]")
-    dta = float_input("dt", dt, 2, "[T, H]")
-    check_shape("dt", dta, (tokens, heads), "[T, H]")
-    Aa = float_input("A", A, 1, "[H]")
-    check_shape("A", Aa, (heads,), "[H]")
-    Ba = float_input("B", B, 3, "[T, G, N]")
-    groups = Ba.shape[1]
-    check_shape("B", Ba, (tokens, groups, n), "[T, G, N]")
-    require(groups >= 1 and heads % groups == 0,
-            f"B must have a group count G that divides H = {heads}, got G = {groups}")
-    Ca = float_input("C", C, 3, "[T, G, N]")
-    check_shape("C", Ca, (tokens, groups, n), "[T, G, N]")
-    cu = cu_seqlens_input(cu_seqlens, tokens)
-    seqs = cu.shape[0] - 1
-    chunk = int_scalar("chunk_size", chunk_size, minimum=1)
-    k_snap = int_scalar("num_snapshots", num_snapshots, minimum=0)
-    idx = slot_indices("state_indices", state_indices, seqs, num_slots)
-    from_state = initial_flags("has_initial_state", has_initial_state, seqs)
-    Da = optional_float("D", D, (heads,), "[H]")
-    za = optional_float("z", z, (tokens, heads, p), "[T, H, P]")
-    bias = optional_float("dt_bias", dt_bias, (heads,), "[H]")
-    dtp = effective_dt(dta, bias, bool_flag("dt_softplus", dt_softplus))
-    g = head_groups(heads, groups)
-    Bh, Ch = Ba[:, g], Ca[:, g]                                   # [T, H, N]
+    call = validate_ssd_chunked_scan(
+        state, x, dt, A, B, C, cu_seqlens, chunk_size=chunk_size, state_indices=state_indices,
+        has_initial_state=has_initial_state, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+        num_snapshots=num_snapshots)
+    pool, xa, Aa, cu, idx = call.state, call.x, call.A, call.cu_seqlens, call.state_indices
+    _, heads, p, n = pool.shape
+    tokens, seqs = xa.shape[0], cu.shape[0] - 1
+    chunk, k_snap = call.chunk_size, call.num_snapshots
+    dtp = effective_dt(call.dt, call.dt_bias, call.dt_softplus)
+    g = head_groups(heads, call.B.shape[1])
+    Bh, Ch = call.B[:, g], call.C[:, g]                           # [T, H, N]
 
-    start = gather_rows(pool, idx, from_state)                    # [S, H, P, N]
+    start = gather_rows(pool, idx, call.has_initial_state)        # [S, H, P, N]
     final = np.zeros_like(start)
     out = np.zeros_like(xa)
     snaps = np.zeros((seqs, k_snap, heads, p, n))
@@ -95,12 +112,36 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
                 snaps[s, wanted[t_rel + (c0 - lo)]] = S_t
             S = S_end
         final[s] = S
-    if Da is not None:
-        out = out + Da[None, :, None] * xa
-    if za is not None:
-        out = out * silu(za)
+    if call.D is not None:
+        out = out + call.D[None, :, None] * xa
+    if call.z is not None:
+        out = out * silu(call.z)
     out[_padding_tokens(cu, idx, tokens)] = 0.0
     return SSDScan(out, scatter_rows(pool, idx, final), snaps.astype(pool.dtype))
+
+
+def validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_indices=None,
+                              has_initial_state=None, D=None, z=None, dt_bias=None, dt_softplus=False,
+                              num_snapshots=0) -> SSDScanCall:
+    """Check every argument of `ssd_chunked_scan` (RS-2 .. RS-6, RS-16, RS-17), return them normalised.
+
+    Takes the op's arguments (see `ssd_chunked_scan`). Raises ValueError, or TypeError for a wrong type
+    or dtype, naming the argument and the broken rule.
+    """
+    pool = pool_input("state", state, 4, "[num_slots, H, P, N]")
+    num_slots, heads, p, n = pool.shape
+    xa, dta, Aa, Ba, Ca = mamba2_inputs("T", heads, p, n, x, dt, A, B, C)
+    tokens = xa.shape[0]
+    cu = cu_seqlens_input(cu_seqlens, tokens)
+    seqs = cu.shape[0] - 1
+    chunk = int_scalar("chunk_size", chunk_size, minimum=1)
+    k_snap = int_scalar("num_snapshots", num_snapshots, minimum=0)
+    idx = slot_indices("state_indices", state_indices, seqs, num_slots)
+    from_state = initial_flags("has_initial_state", has_initial_state, seqs)
+    Da, za, bias = mamba2_options("T", tokens, heads, p, D, z, dt_bias)
+    softplus_dt = bool_flag("dt_softplus", dt_softplus)
+    return SSDScanCall(pool, xa, dta, Aa, Ba, Ca, cu, chunk, idx, from_state, Da, za, bias, softplus_dt,
+                       k_snap)
 
 
 def _chunk(S, x, dt, A, Bh, Ch, want):
