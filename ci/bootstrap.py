@@ -77,11 +77,9 @@ def main(argv: list[str]) -> None:
         print(f"\nreport: {ROOT / 'kvconform-out' / 'report.html'} (also report.md, report.json, junit.xml)")
     else:
         step("project tests", [PY, "-m", "pytest", "-n", "2", "-q", "tests"])
-        # The Pallas backend is not in the gate yet: one ssd_chunked_scan property crashes its worker
-        # (SIGSEGV inside jax's interpret mode) and its ci run takes ~20 min here (open issue 7).
-        # Its kernel tests run above in tests/backends.
-        step("conformance gate (ci profile: numpy and triton backends)",
-             [kvconform, "run", "--backend", "numpy", "--backend", "triton", "--profile", "ci", "--out", "ci-out"])
+        step("conformance gate (ci profile: numpy, triton and pallas backends)",
+             [kvconform, "run", "--backend", "numpy", "--backend", "triton", "--backend", "pallas",
+              "--profile", "ci", "--out", "ci-out"])
 
 
 if __name__ == "__main__":

@@ -4,6 +4,11 @@
 plain scalars). On disk a case is ``inputs.npz`` (every array stored as raw bits for the dtypes NumPy's
 format cannot name: bfloat16 and float8 as uint16/uint8, with the real dtype in case.json) plus
 ``case.json``; loading uses ``allow_pickle=False``, so a reproducer can never execute code.
+
+``case.json`` records the expected outcome under ``"expected"``: ``{"outcome": "result"}`` (compare with
+the reference) or, for a malformed input of the "errors" layer, ``{"outcome": "rejected", "clauses",
+"arguments", "rule", "error"}`` (the call must raise; see `rejection.py`). `kvconform replay` checks
+whichever is recorded; a case.json without the key (older reproducers) expects a result.
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ import numpy as np
 
 from kvconform.reference import dtypes
 
+from .rejection import Rejection
+
 CASE_SCHEMA = "kvconform.case/1"
 
 
@@ -31,6 +38,7 @@ class Case:
     inputs: dict[str, Any]
     params: dict[str, Any] = field(default_factory=dict)   # JSON summary: shapes, dtypes, features
     seed: int | None = None
+    rejection: Rejection | None = None   # set for malformed input: the call must raise (errors layer)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {k: v for k, v in self.inputs.items() if isinstance(v, np.ndarray)}
@@ -99,6 +107,7 @@ def save(case: Case, directory: Path, extra: dict | None = None) -> None:
         "arrays": {k: {"dtype": dtypes.dtype_name(v.dtype), "shape": list(v.shape)} for k, v in arrays.items()},
         "scalars": case.scalars(),
         "order": list(case.inputs),
+        "expected": case.rejection.to_json() if case.rejection is not None else {"outcome": "result"},
     }
     meta.update(extra or {})
     (directory / "case.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
@@ -140,4 +149,11 @@ def load(directory: Path) -> tuple[Case, dict]:
         raise
     except (KeyError, ValueError, TypeError) as exc:
         raise CorruptReproducer(f"{directory}: inputs.npz does not match case.json ({type(exc).__name__}: {exc})") from None
-    return Case(meta["op"], inputs, meta.get("params", {}), meta.get("seed")), meta
+    expected = meta.get("expected", {"outcome": "result"})
+    rejection = None
+    if not (isinstance(expected, dict) and expected.get("outcome") == "result"):
+        try:
+            rejection = Rejection.from_json(expected)
+        except ValueError as exc:
+            raise CorruptReproducer(f"{directory}/case.json: bad 'expected' entry ({exc})") from None
+    return Case(meta["op"], inputs, meta.get("params", {}), meta.get("seed"), rejection), meta

@@ -230,6 +230,8 @@ def cmd_replay(args) -> int:
         raise UsageError(str(exc)) from None
     print(f"replay {args.directory}: op {case.op}, backend {spec}, clauses {', '.join(meta.get('clauses') or [])}")
     print(f"  case: {case.shape_summary()}")
+    if case.rejection is not None:
+        return _replay_rejection(case, worker)
     try:
         expected = getattr(reference, case.op)(**case.inputs)
     except (ValueError, TypeError) as exc:
@@ -253,6 +255,37 @@ def cmd_replay(args) -> int:
         if not res.ok:
             print(f"       {res.summary()}")
     return 0 if all(r.ok for r in results) else 1
+
+
+def _replay_rejection(case, worker) -> int:
+    """Replay an errors-layer case: the reference must still reject it, the backend must raise the same
+    family with a message naming the argument (rejection.py)."""
+    from . import rejection as rej
+    from .worker import BackendCrash, BackendError
+    from kvconform import reference
+    try:
+        expected = rej.run_reference(getattr(reference, case.op), case)
+    except rej.InvalidErrorCase as exc:
+        worker.stop()
+        raise UsageError(f"corrupted reproducer: it expects a rejection, but {exc}") from None
+    print(f"  expected: a {expected.describe()}")
+    print(f"  reference: {expected.error}: {expected.reference_message}")
+    try:
+        actual, _ = worker.call(case.op, case.inputs)
+    except BackendCrash as exc:
+        print(f"  CRASH: {exc}")
+        return 1
+    except BackendError as exc:
+        problem = rej.judge(expected, exc.type_name, exc.mro, exc.message)
+        if problem is not None:
+            print(f"  FAIL: {problem}")
+            return 1
+        print(f"  ok   rejected: {exc.type_name}: {exc.message}")
+        return 0
+    finally:
+        worker.stop()
+    print(f"  FAIL: {rej.accepted(expected, actual)}")
+    return 1
 
 
 # --- report merge ----------------------------------------------------------------------------------

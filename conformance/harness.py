@@ -10,9 +10,18 @@ A suite test reads like this (see conformance/README.md, "How to add an op famil
 `check(case)` runs the reference in this process and the backend in its worker subprocess, compares
 every output field with the family's `CHECKS[op]` (tolerance and specified region), records metrics,
 and raises `ConformanceFailure` naming op, clauses, worst element, headroom and reproducer.
+
+`expect_rejected(case)` is the "errors" layer: `case` is malformed (it carries a `Rejection`), the
+reference must reject it, and the backend must raise the same family (ValueError / TypeError) with a
+message naming the offending argument:
+
+    @conformance_test(op="write_kv", clauses=("PA-42",), layer="errors")
+    def test_write_kv_rejects_duplicate_slots(kvc):
+        kvc.for_all(duplicate_slot_cases(kvc.claims()), kvc.expect_rejected, budget=0.12)
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import re
@@ -29,9 +38,11 @@ from kvconform.backends.base import OPS, OpClaims
 from . import profiles
 from .case import Case
 from .compare import FieldResult, compare_field
+from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
 from .worker import BackendError
 
-LAYERS = ("golden", "differential", "property", "stateful")
+#: Test layers (DESIGN.md section 4); "errors": malformed input must be rejected (rejection.py).
+LAYERS = ("golden", "differential", "property", "stateful", "errors")
 
 
 class ConformanceFailure(AssertionError):
@@ -112,6 +123,7 @@ class Harness:
         self.features: tuple[str, ...] = ()
         self.unclaimed = False
         self.examples = 0
+        self.rejections = 0          # malformed cases the backend rightly rejected (errors layer)
         self.metrics: dict[str, dict] = {}
         self.dtypes_seen: set[str] = set()
         self.failure: dict | None = None
@@ -202,6 +214,42 @@ class Harness:
         self.expect(case, actual, expected)
         return actual
 
+    def expect_rejected(self, case: Case, *, argument: str | Iterable[str] | None = None,
+                        clause: str | Iterable[str] | None = None, rule: str | None = None) -> None:
+        """Errors layer: `case` breaks one rule, so the backend must reject it.
+
+        The rule comes from `case.rejection`, or from `argument` (the argument(s) an error must name),
+        `clause` (the clause(s) stating the rule) and `rule` (the rule in words), which override it.
+        The reference runs first and must itself raise ValueError/TypeError naming the argument, else the
+        case is a bug of the test (`InvalidErrorCase`, status `error`). The backend then runs in its worker
+        and passes only if it raises the reference's family (subclasses included) with a message naming
+        the argument; a returned result fails as "accepted invalid input", a crash stays a crash."""
+        base = case.rejection or Rejection((), (), "")
+        rejection = Rejection(
+            as_arguments(clause) if clause is not None else base.clauses,
+            as_arguments(argument) if argument is not None else base.arguments,
+            rule if rule is not None else base.rule)
+        if not rejection.arguments or not rejection.clauses or not rejection.rule:
+            raise InvalidErrorCase(f"[{case.op}] expect_rejected needs the argument, the clause and the rule "
+                                   f"(from case.rejection or as keywords)")
+        if self.clauses and not set(rejection.clauses) & set(self.clauses):
+            raise InvalidErrorCase(f"[{case.op}] error case breaks {', '.join(rejection.clauses)}, which the "
+                                   f"test does not cite ({', '.join(self.clauses)})")
+        # the reference's verdict fills in the error family the backend must match
+        checked = run_reference(getattr(reference, case.op), dataclasses.replace(case, rejection=rejection))
+        case = dataclasses.replace(case, rejection=checked)
+        self._note(case)
+        self.last_case = case   # a crash on malformed input leaves this case (with its rejection) behind
+        try:
+            result, _ = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
+        except BackendError as exc:
+            problem = judge(case.rejection, exc.type_name, exc.mro, exc.message)
+            if problem is not None:
+                self._fail(case, [], problem, traceback=exc.tb)
+            self.rejections += 1
+            return
+        self._fail(case, [], accepted(case.rejection, result))
+
     def expect(self, case: Case, actual: Any, expected: Any, *, what: str = "reference") -> None:
         """Compare `actual` with `expected` under the op's checks; `what` names the expectation
         ("reference", "hand-worked value", "the unpermuted run", ...)."""
@@ -230,6 +278,9 @@ class Harness:
         lines = [f"[{case.op}] clauses {', '.join(self.clauses) or '-'}: {self.backend_name} {headline}"]
         lines += [f"  {r.summary()}" for r in fields]
         lines.append(f"  case: {case.shape_summary()}")
+        if case.rejection is not None:
+            lines.append(f"  expected: a {case.rejection.describe()}")
+            lines.append(f"  the reference raises: {case.rejection.error}: {case.rejection.reference_message}")
         if fields:
             lines.append(f"  tolerance: {checks_tolerance_reason(case, fields)}")
         lines.append(f"  replay: kvconform replay {self.repro_dir()} --backend {self.backend_spec}")
@@ -253,6 +304,7 @@ class Harness:
             "clauses": list(self.clauses),
             "features": list(self.features) or ["base"],
             "examples": self.examples,
+            "rejections": self.rejections,
             "metrics": self.metrics,
             "headroom": headroom,
             "dtypes": sorted(self.dtypes_seen),

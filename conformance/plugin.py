@@ -16,6 +16,7 @@ import pytest
 
 from . import artifacts, expectations, profiles
 from .harness import Harness
+from .rejection import InvalidErrorCase
 from .worker import BackendCrash, BackendUnavailable, InProcess, Worker
 
 FINAL = {"pass", "fail", "crash", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error"}
@@ -236,6 +237,9 @@ def _status(rep, call, harness) -> tuple[str, str]:
         return "crash", f"[{harness.op}] crash: {call.excinfo.value}"
     if rep.when == "setup":
         return "error", _exc_text(call, harness)
+    if call.excinfo is not None and call.excinfo.errisinstance(InvalidErrorCase):
+        # an error case the reference accepts tests nothing: a bug of the suite, not of the backend
+        return "error", f"[{harness.op}] invalid error case (suite bug): {call.excinfo.value}"
     return "fail", _exc_text(call, harness)
 
 

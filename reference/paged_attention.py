@@ -276,12 +276,3 @@ def validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, 
                          sinks, kv_scale("k_scale", k_scale, "k_pages", k_pages, hint=hint),
                          kv_scale("v_scale", v_scale, "v_pages", v_pages, hint=hint), bool(return_scores))
 
-
-def _validate(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale,
-              sliding_window, soft_cap, sinks, k_scale, v_scale, return_scores) -> AttentionCall:
-    """TEMPORARY positional alias of `validate_ragged_paged_attention`: backends/pallas still imports it.
-    Delete once the Pallas adapter calls the public function."""
-    return validate_ragged_paged_attention(
-        q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
-        sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
-        return_scores=return_scores)

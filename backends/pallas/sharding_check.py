@@ -22,7 +22,7 @@ def _case(rng, hkv, group, n_dev, sinks):
 
     from kvconform import reference
     from kvconform.backends.pallas import layout
-    from kvconform.backends.pallas.backend import interpret_params
+    from kvconform.backends.pallas.runtime import interpret_params
     from kvconform.backends.pallas.paged_attention import AttentionConfig, ragged_paged_attention_kernel
     from kvconform.backends.pallas.sharding import shard_attention
 

@@ -2,7 +2,8 @@
 
 report.json keys: schema, suite_version, spec_version, created, platform, profile, seed, shard,
 backends {name: description with claims}, expectations {entries, unmatched}, summary {status: n},
-matrix [{backend, op, feature, counts, headroom}], results [one record per test, see plugin.py].
+matrix [{backend, op, feature, counts, headroom}], layers [{backend, layer, counts}] (golden, differential,
+property, stateful, errors: harness.LAYERS), results [one record per test, see plugin.py].
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ def assemble(records: list[dict], *, backends: dict, run: dict) -> dict:
                          "unmatched": [e.to_json() for e in expectations_mod.unmatched(entries, records)]},
         "summary": dict(Counter(r["status"] for r in records)),
         "matrix": matrix(records),
+        "layers": layers(records),
         "results": sorted(records, key=lambda r: (r.get("backend", ""), r.get("op", ""), r["id"])),
     }
 
@@ -78,6 +80,18 @@ def matrix(records: list[dict]) -> list[dict]:
                 cell["headroom"] = h if cell["headroom"] is None else max(cell["headroom"], h)
     return [{"backend": b, "op": o, "feature": f, "counts": dict(c["counts"]), "headroom": c["headroom"]}
             for (b, o, f), c in sorted(cells.items())]
+
+
+def layers(records: list[dict]) -> list[dict]:
+    """Status counts per (backend, test layer), layers in the order of harness.LAYERS: e.g. how a backend
+    fares on malformed input ("errors") apart from its numerics."""
+    from ..harness import LAYERS
+    cells: dict = defaultdict(Counter)
+    for r in records:
+        cells[(r.get("backend", "?"), r.get("layer") or "?")][r["status"]] += 1
+    order = {layer: i for i, layer in enumerate(LAYERS)}
+    return [{"backend": b, "layer": layer, "counts": dict(c)}
+            for (b, layer), c in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99), kv[0][1]))]
 
 
 def cell_status(counts: dict) -> str:

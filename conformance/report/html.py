@@ -56,6 +56,32 @@ def _matrix(report: dict) -> str:
     return "".join(out)
 
 
+def _layers(report: dict) -> str:
+    """backends × test layers (golden, differential, property, stateful, errors)."""
+    cells = report.get("layers") or []
+    if not cells:
+        return ""
+    backends = sorted({c["backend"] for c in cells})
+    names = list(dict.fromkeys(c["layer"] for c in cells))
+    by = {(c["backend"], c["layer"]): c["counts"] for c in cells}
+    out = ['<h2>Test layers</h2><table id="layers"><tr><th>layer</th>']
+    out += [f"<th>{e(b)}</th>" for b in backends]
+    out.append("</tr>")
+    for layer in names:
+        out.append(f"<tr><td>{e(layer)}</td>")
+        for b in backends:
+            counts = by.get((b, layer))
+            if counts is None:
+                out.append("<td>—</td>")
+                continue
+            detail = ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s))
+            out.append(f'<td data-status="{e(cell_status(counts))}">{badge(cell_status(counts))} '
+                       f"<small>{e(detail)}</small></td>")
+        out.append("</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
 def _plot(report: dict) -> str:
     """Horizontal bars of log10(headroom) per test with a metric; the line at 1 is the tolerance."""
     items = [(r["id"], r.get("backend", ""), r["headroom"], r["status"]) for r in report["results"]
@@ -124,6 +150,7 @@ def render(report: dict) -> str:
 created {e(report.get('created'))}, Python {e(report.get('platform', {}).get('python', ''))}</p>
 <p id="totals">{totals}</p>
 <h2>Matrix</h2>{_matrix(report)}
+{_layers(report)}
 <h2>Backends</h2>{_backends(report)}
 <h2>Error headroom</h2>{_plot(report)}
 <h2>Failures and counterexamples</h2>{_failures(report)}

@@ -29,6 +29,9 @@ def render(report: dict) -> str:
         h = cell["headroom"]
         lines.append(f"| {cell['backend']} | {cell['op']} | {cell['feature']} | {_cell(cell['counts'])} | "
                      f"{'' if h is None else f'{h:.3g}'} |")
+    if report.get("layers"):
+        lines += ["", "## Backends × test layers", "", "| backend | layer | result |", "|---|---|---|"]
+        lines += [f"| {c['backend']} | {c['layer']} | {_cell(c['counts'])} |" for c in report["layers"]]
     bad = [r for r in report["results"] if r["status"] in ("fail", "crash", "error", "xpass")]
     if bad:
         lines += ["", "## Failures", ""]

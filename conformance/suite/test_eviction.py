@@ -3,7 +3,9 @@
 Layers: hand-worked golden cases (expected values from the arithmetic written here), Hypothesis
 differential tests against the reference on well-conditioned decisions (NU-EV3), oracle-free properties
 through the backend (evicting twice does nothing, scaling every score by a power of two changes no
-decision), and a stateful machine: accumulate -> plan -> re-rotate the moved blocks (spec/rotation.md).
+decision), a stateful machine: accumulate -> plan -> re-rotate the moved blocks (spec/rotation.md), and
+error inputs: every error EV-17 lists, broken alone, is rejected with the reference's ValueError or
+TypeError naming the argument.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from kvconform import reference
 from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import eviction as ev
+from kvconform.conformance.strategies import malformed
+from kvconform.conformance.strategies.malformed import eviction as ev_bad
 from kvconform.conformance.strategies.values import floats
 from kvconform.reference.eviction import EvictionConfig, EvictionPlan, ScoreState
 
@@ -251,3 +255,21 @@ def test_accumulate_evict_rotate_state_machine(kvc):
                 assert len(set(self.table) | set(self.free)) == self.pages.shape[0]
 
     kvc.run_state_machine(AccumulateEvictRotate, budget=0.4)
+
+
+# --- errors: malformed input is rejected (EV-17) ---------------------------------------------------
+
+@conformance_test(op="accumulate_scores", layer="errors", clauses=malformed.clauses_of(ev_bad.ACCUMULATE_RULES))
+@pytest.mark.parametrize("rule", ev_bad.ACCUMULATE_RULES, ids=str)
+def test_accumulate_rejects(kvc, rule):
+    """One error of EV-17 for the accumulator (state shape, finiteness, counts >= 1, short step, int32
+    overflow): the backend must raise the reference's ValueError/TypeError naming the argument."""
+    malformed.check_rejects(kvc, ev_bad, "accumulate_scores", rule)
+
+
+@conformance_test(op="plan_eviction", layer="errors", clauses=malformed.clauses_of(ev_bad.PLAN_RULES))
+@pytest.mark.parametrize("rule", ev_bad.PLAN_RULES, ids=str)
+def test_plan_eviction_rejects(kvc, rule):
+    """One error of EV-17 for planning (config type, block table length, negative or duplicate pages,
+    state): rejected, naming the argument."""
+    malformed.check_rejects(kvc, ev_bad, "plan_eviction", rule)

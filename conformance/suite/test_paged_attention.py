@@ -2,7 +2,10 @@
 
 Layers: hand-worked golden cases (expected values from the arithmetic written here), Hypothesis
 differential tests against the reference (one per features-matrix column), oracle-free properties
-(physical page placement, batch independence) and a stateful append/attend machine.
+(physical page placement, batch independence), a stateful append/attend machine, and error inputs:
+every precondition of PA-26 .. PA-29, PA-42, PA-44 and PA-46 broken alone must be rejected with the
+reference's ValueError/TypeError naming the argument, while the entries PA-30 exempts from checks (and
+any negative slot, PA-41) must be accepted.
 """
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
+from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import paged_attention as pa
+from kvconform.conformance.strategies.malformed import paged_attention as pa_bad
 
 BASE_CLAUSES = pa.ATTENTION_VARIANTS[0].clauses
 ALL_ATTENTION_CLAUSES = tuple(sorted({c for v in pa.ATTENTION_VARIANTS for c in v.clauses}))
@@ -334,3 +339,77 @@ def test_append_and_attend_state_machine(kvc):
             assert len(used) == len(set(used))
 
     kvc.run_state_machine(AppendAttend, budget=0.5)
+
+
+# --- errors: malformed input is rejected, ignored input is not checked ----------------------------
+
+@conformance_test(op="ragged_paged_attention", layer="errors", clauses=malformed.clauses_of(pa_bad.ATTENTION_RULES))
+@pytest.mark.parametrize("rule", pa_bad.ATTENTION_RULES, ids=str)
+def test_attention_rejects(kvc, rule):
+    """One precondition of PA-26 .. PA-29 broken on a valid case: the backend must raise the reference's
+    ValueError/TypeError, naming the argument (never return a result)."""
+    malformed.check_rejects(kvc, pa_bad, "ragged_paged_attention", rule)
+
+
+@conformance_test(op="write_kv", layer="errors", clauses=malformed.clauses_of(pa_bad.WRITE_RULES))
+@pytest.mark.parametrize("rule", pa_bad.WRITE_RULES, ids=str)
+def test_write_kv_rejects(kvc, rule):
+    """One precondition of PA-42, PA-44, PA-46 broken on a valid case: rejected, naming the argument."""
+    malformed.check_rejects(kvc, pa_bad, "write_kv", rule)
+
+
+JUNK = (-7, -1, 2**31 - 1, -2**31)   # any integer, out of range or not (PA-5, PA-24); P-relative added below
+
+
+@st.composite
+def _junk_in_ignored_entries(draw, claims):
+    """A valid attention case plus 1-2 metadata rows past num_seqs and one more page-table column, all
+    holding junk: the rows past num_seqs (PA-5) and the table entries past cdiv(kv_len, page_size) (PA-24)
+    are ignored, so PA-30 forbids rejecting them, and they must not change a bit of the output."""
+    case = draw(pa.attention_cases(claims, pa.ATTENTION_VARIANTS[0]))
+    x = case.inputs
+    n, P, page_size = int(x["num_seqs"]), x["k_pages"].shape[0], x["k_pages"].shape[1]
+    junk = st.sampled_from(JUNK + (P, P + 9))
+    extra = draw(st.integers(1, 2))
+    kv = np.concatenate([x["kv_lens"], np.zeros(extra, x["kv_lens"].dtype)])
+    table = np.concatenate([x["page_indices"], np.zeros((extra, x["page_indices"].shape[1]), np.int32)])
+    table = np.concatenate([table, np.zeros((table.shape[0], 1), np.int32)], axis=1)
+    cu = np.concatenate([x["cu_q_lens"], np.zeros(extra, x["cu_q_lens"].dtype)])
+    for i in range(n, kv.shape[0]):
+        kv[i] = draw(junk)
+        cu[i + 1] = draw(junk)
+        table[i] = draw(junk)
+    for i in range(n):
+        table[i, -(-int(kv[i]) // page_size):] = draw(junk)
+    inputs = dict(x, kv_lens=kv, page_indices=table, cu_q_lens=cu)
+    return Case(case.op, inputs, dict(case.params, junk_rows=extra), case.seed)
+
+
+@conformance_test(op="ragged_paged_attention", layer="errors", clauses=("PA-30", "PA-5", "PA-24"))
+def test_attention_rejects_no_ignored_entry(kvc):
+    """PA-30: metadata of sequences >= num_seqs and unused page-table entries are not validated (junk,
+    out-of-range and negative values there are accepted) and change no output bit (compared with the
+    reference under NU-PA1, which ignores them)."""
+    kvc.for_all(_junk_in_ignored_entries(kvc.claims()), kvc.check, budget=0.4)
+
+
+@st.composite
+def _any_negative_slot(draw, claims):
+    """A valid write_kv case whose skipped tokens use assorted negative slots (at least one skipped token:
+    one is appended when none was drawn); their k/v rows hold NaN, which is never read (PA-41)."""
+    case = draw(pa.write_kv_cases(claims, pa.WRITE_VARIANTS[0]))
+    x = case.inputs
+    slots, k, v = x["slot_mapping"].copy(), x["k"], x["v"]
+    if not (slots < 0).any():
+        slots = np.concatenate([slots, np.full(1, -1, slots.dtype)])
+        k = np.concatenate([k, np.full((1,) + k.shape[1:], np.nan, k.dtype)])
+        v = np.concatenate([v, np.full((1,) + v.shape[1:], np.nan, v.dtype)])
+    for t in np.flatnonzero(slots < 0):
+        slots[t] = draw(st.sampled_from((-1, -2, -1000, -2**31)))
+    return Case(case.op, dict(x, slot_mapping=slots, k=k, v=v), case.params, case.seed)
+
+
+@conformance_test(op="write_kv", layer="errors", clauses=("PA-41",))
+def test_write_kv_rejects_no_negative_slot(kvc):
+    """PA-41: every slot < 0 skips its token, not only -1; such a call is valid and writes nothing there."""
+    kvc.for_all(_any_negative_slot(kvc.claims()), kvc.check, budget=0.4)

@@ -4,8 +4,10 @@
 Layers: hand-worked golden cases (the arithmetic is written next to each), Hypothesis differential tests
 against the reference (one per features-matrix column), and oracle-free properties run through the
 backend only: chunked == token by token (RS-18), no leakage between batch rows (RS-7), split prefill
-carrying state == one call (RS-12, RS-18, RS-20). The store (RS-21 … RS-27) and the conv layouts (RS-13)
-are reference functions, not backend ops, and are tested in tests/reference.
+carrying state == one call (RS-12, RS-18, RS-20). Error inputs: slot addressing (RS-2, RS-4), pool
+dtypes (RS-6) and the argument rules of each kernel, broken alone, are rejected with the reference's
+ValueError/TypeError naming the argument. The store (RS-21 … RS-27) and the conv layouts (RS-13) are
+reference functions, not backend ops, and are tested in tests/reference.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ from hypothesis import strategies as st
 
 from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
+from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import recurrent as rs
+from kvconform.conformance.strategies.malformed import recurrent as rs_bad
 from kvconform.reference.recurrent import WKV6, ConvUpdate, SelectiveStateUpdate, SSDScan
 
 F32, NAN = np.float32, np.nan
@@ -449,3 +453,24 @@ def _split_test(op: str, clause: str, variant):
 test_conv1d_split_calls = _split_test("causal_conv1d_update", "RS-12", rs.CONV_VARIANTS[3])
 test_ssd_chunked_scan_split_calls = _split_test("ssd_chunked_scan", "RS-18", rs.SSD_VARIANTS[0])
 test_rwkv6_split_calls = _split_test("rwkv6_wkv", "RS-20", rs.RWKV_VARIANTS[0])
+
+
+# --- errors: malformed input is rejected (RS-2, RS-4, RS-6, RS-10, RS-14 … RS-20) -----------------
+
+def _rejects_test(op: str):
+    rules = rs_bad.RULES[op]
+
+    @conformance_test(op=op, layer="errors", clauses=malformed.clauses_of(rules))
+    @pytest.mark.parametrize("rule", rules, ids=str)
+    def test(kvc, rule):
+        """One argument rule of the op broken on a valid case (a slot out of range or used twice, a pool
+        dtype, a shape): the backend must raise the reference's ValueError/TypeError naming the argument,
+        never write a row or return a result."""
+        malformed.check_rejects(kvc, rs_bad, op, rule)
+    return test
+
+
+test_conv1d_rejects = _rejects_test("causal_conv1d_update")
+test_selective_state_update_rejects = _rejects_test("selective_state_update")
+test_ssd_chunked_scan_rejects = _rejects_test("ssd_chunked_scan")
+test_rwkv6_rejects = _rejects_test("rwkv6_wkv")

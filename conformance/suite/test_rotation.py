@@ -4,7 +4,9 @@ Layers: hand-worked golden cases (expected values from the arithmetic written he
 differential tests against the reference (one per features-matrix column), and oracle-free properties
 run through the backend alone: zero row is the identity, [n, 1] equals its repeat to [n, page_size] bit
 for bit, permuting (index, delta) rows changes nothing, heads are independent, LUT rows compose.
-The stateful evict -> re-rotate machine lives in test_eviction.py (it spans both families).
+Error inputs: every error RO-12 lists, broken alone, is rejected with the reference's ValueError or
+TypeError naming the argument. The stateful evict -> re-rotate machine lives in test_eviction.py (it spans
+both families).
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from hypothesis import strategies as st
 
 from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
+from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import rotation as ro
+from kvconform.conformance.strategies.malformed import rotation as ro_bad
 
 NAN = np.nan
 ROTATE_CLAUSES = ("RO-1", "RO-2", "RO-5", "RO-6", "RO-8", "RO-9", "RO-11")
@@ -300,3 +304,22 @@ def test_rows_compose(kvc):
         joint = _derived(step1, {"step": "joint"}, rotation_deltas=(r1 + r2) % 4)
         kvc.expect(step2, twice, kvc.call(joint), what="single rotation by the summed row")
     kvc.for_all(_composition(claims), body, budget=0.4)
+
+
+# --- errors: malformed input is rejected (RO-12) ---------------------------------------------------
+
+@conformance_test(op="rotate_keys", layer="errors", clauses=malformed.clauses_of(ro_bad.ROTATE_RULES))
+@pytest.mark.parametrize("rule", ro_bad.ROTATE_RULES, ids=str)
+def test_rotate_keys_rejects(kvc, rule):
+    """One error of RO-12 (block indices, deltas, LUT, layout, rotary_dim) on a valid case: the backend
+    must raise the reference's ValueError/TypeError naming the argument; an in-place kernel that clamps a
+    LUT row or rotates a duplicated page twice returns a silent wrong answer instead."""
+    malformed.check_rejects(kvc, ro_bad, "rotate_keys", rule)
+
+
+@conformance_test(op="shift_keys", layer="errors", clauses=malformed.clauses_of(ro_bad.SHIFT_RULES))
+@pytest.mark.parametrize("rule", ro_bad.SHIFT_RULES, ids=str)
+def test_shift_keys_rejects(kvc, rule):
+    """One error of RO-12 for the theta form (block rules, theta, int32 shifts): rejected, naming the
+    argument."""
+    malformed.check_rejects(kvc, ro_bad, "shift_keys", rule)

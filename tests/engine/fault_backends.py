@@ -1,7 +1,9 @@
-"""Backends that crash or hang in write_kv, to test the worker isolation (not part of the package)."""
+"""Faulty backends for the engine's meta-tests (not part of the package): ones that crash or hang in
+write_kv (worker isolation), and ones that mishandle malformed write_kv input (the errors layer)."""
 import os
 import time
 
+from kvconform import reference
 from kvconform.backends.numpy import NumpyBackend
 
 
@@ -30,3 +32,70 @@ def make_aborts():
 
 def make_hangs():
     return Hangs()
+
+
+# --- backends that mishandle malformed input (errors layer, conformance/rejection.py) --------------
+
+class KernelArgumentError(ValueError):
+    """A backend's own error class: a ValueError subclass, which the errors layer accepts."""
+
+
+class _MalformedWriteKv(_OnlyWriteKv):
+    """write_kv through the reference; `on_reject` decides what becomes of a precondition error."""
+
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
+        try:
+            return reference.write_kv(k_pages, v_pages, k, v, slot_mapping, **kw)
+        except (ValueError, TypeError) as exc:
+            return self.on_reject(exc, k_pages, v_pages)
+
+
+class AcceptsInvalid(_MalformedWriteKv):
+    """Skips validation: returns the pools unchanged (a silent answer to a malformed call)."""
+    name = "accepts-invalid"
+
+    def on_reject(self, exc, k_pages, v_pages):
+        from kvconform.reference.kv_write import KVPages
+        return KVPages(k_pages.copy(), v_pages.copy())
+
+
+class VagueErrors(_MalformedWriteKv):
+    """Rejects, in the right family, with a message that names no argument."""
+    name = "vague-errors"
+
+    def on_reject(self, exc, k_pages, v_pages):
+        raise type(exc)("invalid input") from None
+
+
+class WrongFamily(_MalformedWriteKv):
+    """Rejects naming the argument, but swaps ValueError and TypeError."""
+    name = "wrong-family"
+
+    def on_reject(self, exc, k_pages, v_pages):
+        raise (ValueError if isinstance(exc, TypeError) else TypeError)(str(exc)) from None
+
+
+class OwnErrorClass(_MalformedWriteKv):
+    """Rejects with its own ValueError subclass (TypeErrors unchanged): conforms."""
+    name = "own-error-class"
+
+    def on_reject(self, exc, k_pages, v_pages):
+        if isinstance(exc, TypeError):
+            raise exc
+        raise KernelArgumentError(str(exc)) from None
+
+
+def make_accepts_invalid():
+    return AcceptsInvalid()
+
+
+def make_vague_errors():
+    return VagueErrors()
+
+
+def make_wrong_family():
+    return WrongFamily()
+
+
+def make_own_error_class():
+    return OwnErrorClass()

@@ -1,0 +1,107 @@
+"""How the Pallas kernels are compiled and run here: availability, interpret mode, the compiled-kernel cache.
+
+On a TPU the kernels compile with Mosaic; everywhere else they run in Pallas TPU interpret mode
+(`pltpu.InterpretParams()`), which executes the kernel body on CPU and simulates HBM, VMEM, SMEM, DMAs and
+semaphores, checking their use.
+
+The compiled-kernel cache is bounded by what the process can hold, not by a count. On CPU every compiled
+interpret-mode kernel keeps its LLVM code in its own memory mappings (about 150 per executable, measured
+with jax 0.10.2), and a process may hold `vm.max_map_count` mappings (65530 by default). A long conformance
+run compiles a few hundred distinct kernels; past ~430 of them LLVM cannot map code any more
+("LLVM compilation error: Cannot allocate memory") and the next compile dies with SIGSEGV. So before each
+call `kernel()` checks the process's mapping count and, past half the limit, drops every compiled kernel
+(`jax.clear_caches()`); the next calls recompile what they need.
+"""
+from __future__ import annotations
+
+import functools
+
+#: drop compiled kernels once the process holds this fraction of vm.max_map_count mappings
+MAP_BUDGET = 0.5
+
+
+@functools.lru_cache(maxsize=None)
+def jax_status() -> tuple[bool, str, str]:
+    """(available, reason if not, device description)."""
+    try:
+        import jax
+        from jax.experimental.pallas import tpu  # noqa: F401
+    except Exception as exc:  # pragma: no cover - depends on the environment
+        return False, f"jax with Pallas TPU is not importable ({type(exc).__name__}: {exc})", ""
+    platform = jax.default_backend()
+    if platform == "tpu":
+        return True, "", f"TPU ({jax.devices()[0].device_kind})"
+    return True, "", f"{platform} (Pallas TPU interpret mode)"
+
+
+def interpret_params():
+    """None on a TPU (compile with Mosaic), TPU interpret mode everywhere else."""
+    import jax
+    from jax.experimental.pallas import tpu as pltpu
+    return None if jax.default_backend() == "tpu" else pltpu.InterpretParams()
+
+
+def mapping_count() -> int | None:
+    """This process's memory-mapping count (Linux), None elsewhere."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:  # not Linux: no such limit to watch
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _mapping_limit() -> int | None:
+    try:
+        with open("/proc/sys/vm/max_map_count") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return None
+
+
+def release_if_needed() -> bool:
+    """Drop every compiled kernel when the process nears its memory-mapping limit; True if it did."""
+    limit, count = _mapping_limit(), mapping_count()
+    if limit is None or count is None or count < MAP_BUDGET * limit:
+        return False
+    import jax
+    jax.clear_caches()
+    return True
+
+
+def kernel(name: str):
+    """The jitted kernel entry point `name` (static arguments named), after the mapping check."""
+    release_if_needed()
+    return _jitted(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(name: str):
+    import jax
+    if name == "attention":
+        from .paged_attention import ragged_paged_attention_kernel
+        return jax.jit(ragged_paged_attention_kernel, static_argnames=("pages_per_seq", "cfg", "interpret"))
+    if name == "write_kv":
+        from .kv_write import write_kv_kernel
+        return jax.jit(write_kv_kernel, static_argnames=("quantized", "interpret", "block_tokens"))
+    if name == "rotate_keys":
+        from .rotation import rotate_keys_kernel
+        return jax.jit(rotate_keys_kernel, static_argnames=("per_block", "layout", "rotary_dim", "interpret"))
+    if name == "conv1d":
+        from .recurrent.conv1d import conv1d_update_kernel
+        return jax.jit(conv1d_update_kernel, static_argnames=("silu", "interpret"))
+    if name == "selective_state":
+        from .recurrent.selective_state import selective_state_update_kernel
+        return jax.jit(selective_state_update_kernel,
+                       static_argnames=("heads_per_block", "softplus_dt", "gate", "interpret"))
+    if name == "ssd_scan":
+        from .recurrent.ssd_scan import ssd_scan_kernel
+        return jax.jit(ssd_scan_kernel, static_argnames=("chunk", "num_chunks", "heads_per_block", "num_snapshots",
+                                                         "softplus_dt", "gate", "interpret"))
+    if name == "rwkv6":
+        from .recurrent.rwkv6 import rwkv6_kernel
+        return jax.jit(rwkv6_kernel, static_argnames=("window", "num_windows", "heads_per_block", "interpret"))
+    raise KeyError(name)
+
+
+__all__ = ["jax_status", "interpret_params", "kernel", "release_if_needed", "mapping_count"]
