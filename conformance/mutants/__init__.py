@@ -1,7 +1,9 @@
 """Deliberately wrong backends: each is the numpy backend with one realistic bug in one op.
 
 They prove the suite has teeth (tests/engine/test_mutants.py): for every registered mutant the suite must
-fail the mutated `op`, name `clause` among the failing test's clauses, and leave a small counterexample.
+fail the mutated `op`, name `clause` among the failing test's clauses, and leave a small counterexample
+(at most `max_size`). A mutant with `only_caught_by` proves one set of tests necessary: every other test of
+the op passes it (e.g. a chunk-carry bug that 4-token sequences cannot show; only the `long` tests can).
 A mutant class is its own factory: `kvconform run --backend kvconform.conformance.mutants.<family>:<Class>`.
 One module per family; `all_mutants()` imports them all.
 """
@@ -20,6 +22,8 @@ class MutantInfo:
     op: str            # the op that is wrong
     clause: str        # the clause it violates (must be among the failing test's clauses)
     description: str
+    max_size: int = 8  # the largest counterexample (tokens + sequences + heads) shrinking may leave
+    only_caught_by: str = ""   # if set: the op's tests whose id lacks it must all pass (e.g. "long")
 
 
 _REGISTRY: dict[str, MutantInfo] = {}
@@ -32,10 +36,10 @@ class Mutant(NumpyBackend):
         self.name = f"mutant-{type(self).__name__}"
 
 
-def mutant(*, op: str, clause: str, description: str):
+def mutant(*, op: str, clause: str, description: str, max_size: int = 8, only_caught_by: str = ""):
     def register(cls):
         spec = f"{cls.__module__}:{cls.__name__}"
-        _REGISTRY[spec] = MutantInfo(spec, op, clause, description)
+        _REGISTRY[spec] = MutantInfo(spec, op, clause, description, max_size, only_caught_by)
         cls.mutant_info = _REGISTRY[spec]
         return cls
     return register

@@ -95,3 +95,85 @@ class FreshStateMultipliesByZero(Mutant):
         # Only addressed rows were touched, and the call overwrites them all.
         return reference.rwkv6_wkv(r, k, v, w, u, pool, cu_seqlens, state_indices=state_indices)
 
+
+def _pieces(cu: np.ndarray, width: int) -> tuple[np.ndarray, list[list[int]]]:
+    """Every sequence cut into pieces of `width` tokens from its first token (a length-0 sequence: one
+    empty piece): the pieces' cu_seqlens (the tokens keep their places) and the pieces of each sequence."""
+    bounds, of_seq = [0], []
+    for s in range(cu.shape[0] - 1):
+        lo, hi = int(cu[s]), int(cu[s + 1])
+        of_seq.append([])
+        for start in range(lo, max(hi, lo + 1), width):
+            of_seq[s].append(len(bounds) - 1)
+            bounds.append(min(start + width, hi))
+    return np.asarray(bounds, dtype=np.int32), of_seq
+
+
+def _restarted(call, width: int):
+    """The pieces of `_pieces` as separate sequences, each starting from its sequence's starting row
+    (slot row or fresh zeros): a one-row-per-piece pool, its indices and has_initial_state flags."""
+    cu_p, of_seq = _pieces(np.asarray(call.cu_seqlens), width)
+    owner = np.asarray([s for s, pieces in enumerate(of_seq) for _ in pieces])
+    slots = np.asarray(call.state_indices)[owner]
+    pool = np.zeros((owner.shape[0],) + call.state.shape[1:], dtype=call.state.dtype)
+    pool[slots >= 0] = call.state[slots[slots >= 0]]
+    idx = np.where(slots >= 0, np.arange(owner.shape[0]), -1).astype(np.int32)
+    return cu_p, of_seq, pool, idx, np.asarray(call.has_initial_state)[owner]
+
+
+def _final_rows(result, piece_state, call, of_seq):
+    """The new pool: each live sequence's slot gets the state its last piece ended with."""
+    pool = result.state.copy()
+    for s, pieces in enumerate(of_seq):
+        if call.state_indices[s] >= 0:
+            pool[call.state_indices[s]] = piece_state[pieces[-1]]
+    return pool
+
+
+@mutant(op="ssd_chunked_scan", clause="RS-18", max_size=11, only_caught_by="long",
+        description="the kernel's 8-token chunks do not carry the state into the next chunk: every chunk "
+                    "of a sequence restarts from the sequence's starting state (invisible below 9 tokens)")
+class ChunkCarryDropped(Mutant):
+    CHUNK = 8
+
+    def ssd_chunked_scan(self, state, x, dt, A, B, C, cu_seqlens, **kw):
+        result = reference.ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, **kw)   # validates
+        call = reference.validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, **kw)
+        if int(np.diff(call.cu_seqlens).max(initial=0)) <= self.CHUNK:
+            return result
+        cu_p, of_seq, pool, idx, flags = _restarted(call, self.CHUNK)
+        k_snap = call.num_snapshots
+        opts = {k: v for k, v in kw.items() if k not in ("state_indices", "has_initial_state", "num_snapshots")}
+        pieces = reference.ssd_chunked_scan(pool, x, dt, A, B, C, cu_p, state_indices=idx,
+                                            has_initial_state=flags,
+                                            num_snapshots=self.CHUNK + 1 if k_snap else 0, **opts)
+        # Snapshot r is the state after L - r tokens of the mutated trajectory: token m > 0 lies in piece
+        # (m - 1) // CHUNK, as that piece's snapshot (piece length - offset); m = 0: the starting state.
+        snaps = result.snapshots.copy()
+        lengths = np.diff(call.cu_seqlens)
+        for s, ps in enumerate(of_seq):
+            if call.state_indices[s] < 0:
+                continue
+            for r in range(min(k_snap, int(lengths[s]) + 1)):
+                m = int(lengths[s]) - r
+                q = max(0, (m - 1) // self.CHUNK)
+                piece_len = int(cu_p[ps[q] + 1] - cu_p[ps[q]])
+                snaps[s, r] = pieces.snapshots[ps[q], piece_len - (m - q * self.CHUNK)]
+        return type(result)(pieces.out, _final_rows(result, pieces.state, call, of_seq), snaps)
+
+
+@mutant(op="rwkv6_wkv", clause="RS-20", max_size=68, only_caught_by="long",
+        description="the kernel's 64-token windows do not carry the state into the next window: every "
+                    "window of a sequence restarts from the sequence's starting state (invisible below 65 "
+                    "tokens)")
+class WindowCarryDropped(Mutant):
+    WINDOW = 64
+
+    def rwkv6_wkv(self, r, k, v, w, u, state, cu_seqlens, **kw):
+        result = reference.rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, **kw)   # validates
+        call = reference.validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, **kw)
+        if int(np.diff(call.cu_seqlens).max(initial=0)) <= self.WINDOW:
+            return result
+        cu_p, of_seq, pool, idx, flags = _restarted(call, self.WINDOW)
+        pieces = reference.rwkv6_wkv(r, k, v, w, u, pool, cu_p, state_indices=idx, has_initial_state=flags)
+        return type(result)(pieces.out, _final_rows(result, pieces.state, call, of_seq))

@@ -12,6 +12,17 @@ Ops: `causal_conv1d_update`, `selective_state_update` (Mamba1 and Mamba2), `ssd_
     initial_states  has_initial_state with False rows over NaN/inf-filled slots (RS-5)
     snapshots       num_snapshots > 0 for ssd_chunked_scan (RS-19)
 
+The `long` columns of ssd_chunked_scan and rwkv6_wkv claim no feature: they draw sequences long enough to
+cross a kernel's chunk or window boundaries (RS-18: the chunking is a hint; state crosses every boundary),
+which the other columns (at most 4 tokens) never reach. SSD: lengths 0 … 20 with chunk_size hints
+(8, 16, 1, 3, 4), the first sequence 8 … 20 tokens, often on a chunk end (8, 9, 16, 17, 20, or a multiple
+of the hint: T == chunk_size). RWKV6: a first sequence of up to 70 tokens (65 … 70 cross a 64-token
+window; 8, 9, 16, 17, 64 sit on smaller ones' edges). Kernel tilings this targets: the Pallas SSD
+kernel's chunks of max(8, pow2(chunk_size)) <= 64 tokens, the Triton SSD kernel's BLOCK_Q of
+max(16, pow2(chunk_size)) <= 64, the Pallas RWKV6 kernel's windows of pow2(longest) clamped to [8, 64].
+Shapes stay small (H <= 4, P, N, K, V <= 2) and the tests run fewer examples (`LONG_BUDGET`): these
+calls cost more than the 4-token ones.
+
 Poison (every don't-care location): pool rows no call addresses hold random data and whole NaN
 "canary" rows that must come back bit for bit (RS-4); the inputs of padding rows / padding sequences
 are NaN, since a padding row reads nothing (RS-3); rows of fresh sequences are NaN or +-inf (RS-5).
@@ -37,6 +48,13 @@ from .values import floats, pick, poison_value, seeds
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 POOL_DTYPES = ("float32", "float64")          # RS-6: the only pool dtypes
 CHUNK_SIZES = (2, 1, 3, 4, 64)                # 64: one chunk per sequence; 1: token by token
+LONG_CHUNK_SIZES = (8, 16, 1, 3, 4)           # hints of the long column (RS-18): kernel chunks 8 / 16
+SSD_LONG_MAX = 20                             # crosses 8- and 16-token chunks, twice for Q = 8
+SSD_LONG_EDGES = (9, 17, 16, 8, 20)           # one past / exactly at a chunk end
+RWKV_LONG_MAX = 70                            # crosses a 64-token window
+RWKV_LONG_EDGES = (9, 17, 8, 16, 64)          # smaller windows' edges; 65 … 70 drawn on their own
+LONG_REST_MAX = 20                            # the other sequences of a long case
+LONG_BUDGET = 0.4                             # share of the profile's examples for a long column
 U_ACC = 2.0 ** -24                            # NU-3: accumulation in float32 or wider
 C_R = 2.0                                     # NU-6: c_R
 
@@ -47,6 +65,7 @@ class Variant:
     name: str
     features: tuple[str, ...]
     clauses: tuple[str, ...]
+    long: bool = False        # sequences that cross kernel chunk / window boundaries (module docstring)
 
     def __str__(self) -> str:
         return self.name
@@ -72,12 +91,14 @@ SSD_VARIANTS = (
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
     Variant("snapshots", ("snapshots",), ("RS-19",)),
+    Variant("long", (), ("RS-17", "RS-18"), long=True),
 )
 RWKV_VARIANTS = (
     Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-17", "RS-20")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
+    Variant("long", (), ("RS-17", "RS-20"), long=True),
 )
 VARIANTS = {"causal_conv1d_update": CONV_VARIANTS, "selective_state_update": SSU_VARIANTS,
             "ssd_chunked_scan": SSD_VARIANTS, "rwkv6_wkv": RWKV_VARIANTS}
@@ -153,8 +174,14 @@ def _ssm_options(draw, rng, heads_shape, token_shape, act):
     return kw
 
 
-def _lengths(draw, max_seqs: int, max_len: int) -> tuple[list[int], np.ndarray]:
-    lengths = draw(st.lists(st.integers(0, max_len), min_size=1, max_size=max_seqs))
+def _lengths(draw, max_seqs: int, max_len: int, first=None) -> tuple[list[int], np.ndarray]:
+    """Sequence lengths in 0 … max_len. With a `first` strategy (the long columns) the first sequence's
+    length is drawn from it and the others are at most LONG_REST_MAX."""
+    if first is None:
+        lengths = draw(st.lists(st.integers(0, max_len), min_size=1, max_size=max_seqs))
+    else:
+        lengths = [draw(first)] + draw(st.lists(st.integers(0, min(max_len, LONG_REST_MAX)),
+                                                max_size=max_seqs - 1))
     cu = np.zeros(len(lengths) + 1, dtype=np.int32)
     cu[1:] = np.cumsum(lengths)
     return lengths, cu
@@ -255,12 +282,24 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
               chunk_size: int | None = None):
     """An `ssd_chunked_scan` call (RS-17 … RS-19): varlen with empty sequences, chunk sizes 1 … 64."""
     act, pool_dtype = _dtypes(draw, claims, variant)
-    lengths, cu = _lengths(draw, max_seqs, max_len)
+    if variant.long:
+        # The hint first, so that the first length may be a multiple of it ("T == chunk_size").
+        chunk = chunk_size or draw(st.sampled_from(LONG_CHUNK_SIZES))
+        # The first sequence crosses at least one 8-token chunk end; shrinks towards 9 tokens.
+        multiples = tuple(chunk * i for i in range(1, SSD_LONG_MAX // chunk + 1) if chunk * i >= 8)
+        edges = SSD_LONG_EDGES + tuple(m for m in multiples if m not in SSD_LONG_EDGES)
+        lengths, cu = _lengths(draw, min(max_seqs, 2), SSD_LONG_MAX,
+                               st.one_of(st.sampled_from(edges), st.integers(9, SSD_LONG_MAX)))
+        groups = draw(st.sampled_from((1, 2)))
+        heads = groups * draw(st.sampled_from((1, 2)))
+        p, n = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    else:
+        lengths, cu = _lengths(draw, max_seqs, max_len)
+        heads, groups = _heads_groups(draw)
+        p = draw(st.integers(1, 2))
+        n = draw(st.integers(1, 3))
+        chunk = chunk_size or draw(st.sampled_from(CHUNK_SIZES))
     seqs, tokens = len(lengths), int(cu[-1])
-    heads, groups = _heads_groups(draw)
-    p = draw(st.integers(1, 2))
-    n = draw(st.integers(1, 3))
-    chunk = chunk_size or draw(st.sampled_from(CHUNK_SIZES))
     idx, num_slots = _slots(draw, seqs, variant)
     has_initial = _fresh(draw, seqs, variant)
     snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
@@ -292,11 +331,17 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
 def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4):
     """A `rwkv6_wkv` call (RS-20): varlen with empty sequences, w in (0, 1)."""
     act, pool_dtype = _dtypes(draw, claims, variant)
-    lengths, cu = _lengths(draw, max_seqs, max_len)
+    if variant.long:
+        # A third of the first sequences cross the 64-token window; shrinks towards 9 tokens.
+        lengths, cu = _lengths(draw, min(max_seqs, 2), RWKV_LONG_MAX,
+                               st.one_of(st.sampled_from(RWKV_LONG_EDGES), st.integers(65, RWKV_LONG_MAX),
+                                         st.integers(0, RWKV_LONG_MAX)))
+    else:
+        lengths, cu = _lengths(draw, max_seqs, max_len)
     seqs, tokens = len(lengths), int(cu[-1])
     heads = draw(st.integers(1, 2))
-    dk = draw(st.integers(1, 3))
-    dv = draw(st.integers(1, 3))
+    dk = draw(st.integers(1, 2 if variant.long else 3))
+    dv = draw(st.integers(1, 2 if variant.long else 3))
     idx, num_slots = _slots(draw, seqs, variant)
     has_initial = _fresh(draw, seqs, variant)
     seed = draw(seeds)

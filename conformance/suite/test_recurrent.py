@@ -4,10 +4,12 @@
 Layers: hand-worked golden cases (the arithmetic is written next to each), Hypothesis differential tests
 against the reference (one per features-matrix column), and oracle-free properties run through the
 backend only: chunked == token by token (RS-18), no leakage between batch rows (RS-7), split prefill
-carrying state == one call (RS-12, RS-18, RS-20). Error inputs: slot addressing (RS-2, RS-4), pool
-dtypes (RS-6) and the argument rules of each kernel, broken alone, are rejected with the reference's
-ValueError/TypeError naming the argument. The store (RS-21 … RS-27) and the conv layouts (RS-13) are
-reference functions, not backend ops, and are tested in tests/reference.
+carrying state == one call (RS-12, RS-18, RS-20). The `long` column of the SSD and RWKV6 differential
+tests and the `_long` properties draw sequences that cross kernel chunk / window ends (8, 16, 64 tokens),
+which the 4-token cases of the rest never reach (see strategies/recurrent.py). Error inputs: slot
+addressing (RS-2, RS-4), pool dtypes (RS-6) and the argument rules of each kernel, broken alone, are
+rejected with the reference's ValueError/TypeError naming the argument. The store (RS-21 … RS-27) and
+the conv layouts (RS-13) are reference functions, not backend ops, and are tested in tests/reference.
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ def _differential(kvc, op, variant):
     base = rs.VARIANTS[op][0]
     kvc.cite(*dict.fromkeys(base.clauses + variant.clauses))
     claims = kvc.claims(features=variant.features)
-    kvc.for_all(rs.STRATEGIES[op](claims, variant), kvc.check)
+    # The long column (sequences across kernel chunk / window ends) costs more per example.
+    kvc.for_all(rs.STRATEGIES[op](claims, variant), kvc.check, budget=rs.LONG_BUDGET if variant.long else 1.0)
 
 
 @conformance_test(op="causal_conv1d_update", layer="differential", clauses=_clauses(rs.CONV_VARIANTS))
@@ -289,10 +292,20 @@ def _token_by_token(kvc, case: Case) -> SSDScan:
 
 
 @st.composite
-def _ssd_two_chunks(draw, claims):
-    case = draw(rs.ssd_cases(claims, rs.SSD_VARIANTS[0], max_seqs=2, max_len=5))
-    sizes = draw(st.lists(st.sampled_from(rs.CHUNK_SIZES), min_size=2, max_size=2, unique=True))
+def _ssd_two_chunks(draw, claims, variant=rs.SSD_VARIANTS[0], sizes=rs.CHUNK_SIZES, max_seqs=2):
+    case = draw(rs.ssd_cases(claims, variant, max_seqs=max_seqs, max_len=5))
+    sizes = draw(st.lists(st.sampled_from(sizes), min_size=2, max_size=2, unique=True))
     return case, sizes
+
+
+def _chunked_vs_token_by_token(kvc, strategy, budget):
+    def body(drawn):
+        case, sizes = drawn
+        expected = _token_by_token(kvc, case)
+        for size in sizes:
+            chunked = Case(case.op, dict(case.inputs, chunk_size=size), dict(case.params, chunk_size=size))
+            kvc.expect(chunked, kvc.call(chunked), expected, what="token-by-token selective_state_update")
+    kvc.for_all(strategy, body, budget=budget)
 
 
 @conformance_test(op="ssd_chunked_scan", layer="property", clauses=("RS-18", "RS-16"))
@@ -301,14 +314,18 @@ def test_ssd_chunked_equals_token_by_token(kvc):
     token by token, all on the backend: the chunking is a hint that may not change results (RS-18)."""
     ssu = kvc.claims("selective_state_update", features=("mamba2",))
     claims = kvc.claims()
+    _chunked_vs_token_by_token(kvc, _ssd_two_chunks(_both(claims, ssu)), budget=0.4)
 
-    def body(drawn):
-        case, sizes = drawn
-        expected = _token_by_token(kvc, case)
-        for size in sizes:
-            chunked = Case(case.op, dict(case.inputs, chunk_size=size), dict(case.params, chunk_size=size))
-            kvc.expect(chunked, kvc.call(chunked), expected, what="token-by-token selective_state_update")
-    kvc.for_all(_ssd_two_chunks(_both(claims, ssu)), body, budget=0.4)
+
+@conformance_test(op="ssd_chunked_scan", layer="property", clauses=("RS-17", "RS-18", "RS-16"))
+def test_ssd_chunked_equals_token_by_token_long(kvc):
+    """The same across chunk ends: one sequence of 8 … 20 tokens (the long column) under two hints of
+    (8, 16, 1, 3, 4, 64), whose kernel chunks (8 or 16 tokens, RS-18) it crosses: the state carried from
+    one chunk into the next is the token-by-token state. One SSU call per token: few examples."""
+    ssu = kvc.claims("selective_state_update", features=("mamba2",))
+    claims = kvc.claims()
+    _chunked_vs_token_by_token(kvc, _ssd_two_chunks(_both(claims, ssu), rs.SSD_VARIANTS[-1],
+                                                    rs.LONG_CHUNK_SIZES + (64,), max_seqs=1), budget=0.12)
 
 
 # --- properties: no leakage (RS-7) -----------------------------------------------------------------
@@ -416,8 +433,8 @@ def _split_varlen(case: Case, cuts):
     return parts
 
 
-def _split_test(op: str, clause: str, variant):
-    @conformance_test(op=op, layer="property", clauses=(clause,))
+def _split_test(op: str, clause: str, variant, budget: float = 0.4):
+    @conformance_test(op=op, layer="property", clauses=(clause,) + (("RS-17",) if variant.long else ()))
     def test(kvc):
         """Prefill in two calls, the second starting from the pool the first returned, equals one
         call: outputs within class R, conv windows bitwise (RS-12: the window holds copies of inputs),
@@ -446,13 +463,17 @@ def _split_test(op: str, clause: str, variant):
                 out[rows2] = r2[0]
                 joined = type(whole)(out, r2[1], *list(r2)[2:])
             kvc.expect(case, joined, whole, what="one call over all tokens")
-        kvc.for_all(_split_points(rs.STRATEGIES[op](claims, variant)), body, budget=0.4)
+        kvc.for_all(_split_points(rs.STRATEGIES[op](claims, variant)), body, budget=budget)
     return test
 
 
 test_conv1d_split_calls = _split_test("causal_conv1d_update", "RS-12", rs.CONV_VARIANTS[3])
 test_ssd_chunked_scan_split_calls = _split_test("ssd_chunked_scan", "RS-18", rs.SSD_VARIANTS[0])
 test_rwkv6_split_calls = _split_test("rwkv6_wkv", "RS-20", rs.RWKV_VARIANTS[0])
+# Long columns: sequences across kernel chunk / window ends, cut anywhere (a cut off a chunk end makes
+# the second call's chunks start mid-way through the first call's tiling).
+test_ssd_chunked_scan_split_calls_long = _split_test("ssd_chunked_scan", "RS-18", rs.SSD_VARIANTS[-1], 0.12)
+test_rwkv6_split_calls_long = _split_test("rwkv6_wkv", "RS-20", rs.RWKV_VARIANTS[-1], 0.12)
 
 
 # --- errors: malformed input is rejected (RS-2, RS-4, RS-6, RS-10, RS-14 … RS-20) -----------------

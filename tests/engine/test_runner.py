@@ -122,3 +122,14 @@ def test_list_reports_every_backend_without_crashing(cli):
     proc = cli("list")
     assert proc.returncode == 0
     assert proc.stdout.startswith("numpy") or "\nnumpy" in proc.stdout
+
+
+def test_thorough_profile_targets_once_per_example(cli, tmp_path):
+    """The thorough profile steers Hypothesis by headroom; tests that compare several times per example
+    (token by token) and golden tests (no Hypothesis at all) must still run under it."""
+    out = tmp_path / "thorough"
+    proc = cli("run", "--backend", "numpy", "--profile", "thorough", "--ops", "ssd_chunked_scan",
+               "--out", str(out), "--", "-k", "token_by_token or golden")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    results = cli.report(out)["results"]
+    assert len(results) >= 4 and {r["status"] for r in results} == {"pass"}
