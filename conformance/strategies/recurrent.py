@@ -493,8 +493,8 @@ def _varlen(x: dict):
 
 
 def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
-    """out: class R, n = L * N (+1 for D x), live tokens; padding tokens 0. state: written rows class
-    R (n = L * N), the rest exact. snapshots: r <= L_s class R like states (NU-R4), padding sequences
+    """out: class R, n = L * N * (1 + Lambda) (+1 for D x), live tokens; padding tokens 0. state: written
+    rows class R (same n), the rest exact. snapshots: r <= L_s class R like states (NU-R4), padding sequences
     0, r > L_s never compared (RS-19)."""
     x = case.inputs
     cu, seqs, slots, flags, token_live, lengths, longest = _varlen(x)
@@ -508,7 +508,14 @@ def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
     dx = 0.0 if x.get("D") is None else _amax(x["D"]) * _amax(xs)
     M_out = max(M_state * _amax(x["C"][token_live]), dx) * gate
     n_state = x["state"].shape[-1]
-    n = longest * n_state
+    # NU-R2: n = L * N, times (1 + Lambda) for the closed form's decays exp(cs_i - cs_j) (RS-18), whose
+    # exponent differences of prefix sums carry an absolute error growing with Lambda, the largest total
+    # log-decay sum_t |dt'_t A_h| of a live sequence.
+    log_decay = np.abs(dtp * np.asarray(x["A"], np.float64))               # [live tokens, H]
+    seq_of = np.repeat(np.arange(seqs), lengths)[token_live]
+    Lambda = max((float(log_decay[seq_of == s].sum(axis=0).max(initial=0.0)) for s in range(seqs)),
+                 default=0.0)
+    n = int(np.ceil(longest * n_state * (1.0 + Lambda)))
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[token_live] = True
     out_dtype = _out_dtype(actual.get("out"))
