@@ -5,6 +5,15 @@ plain scalars). On disk a case is ``inputs.npz`` (every array stored as raw bits
 format cannot name: bfloat16 and float8 as uint16/uint8, with the real dtype in case.json) plus
 ``case.json``; loading uses ``allow_pickle=False``, so a reproducer can never execute code.
 
+**Poison regions.** A strategy draws a *clean* case (every input finite) and declares the locations whose
+values the spec says must not matter (PA-24, PA-25, RS-3, ...) as `PoisonRegion`s: a name that says
+what the location is ("v_tail": V slots past kv_len in the last used page), the input argument and a NumPy
+index into it. `case.with_poison()` returns a copy with those locations filled with poison (NaN, or the
+region's own value, e.g. -128 for int8 pages or a page id that points at a poisoned page);
+`with_poison(["v_tail"])` fills one region alone. Differential tests compare clean cases; a separate
+poison property per op compares poisoned ones, and a failure's diagnosis re-runs it with each region
+alone, so a NaN leak and a numeric error are two findings that each say where they come from.
+
 ``case.json`` records the expected outcome under ``"expected"``: ``{"outcome": "result"}`` (compare with
 the reference) or, for a malformed input of the "errors" layer, ``{"outcome": "rejected", "clauses",
 "arguments", "rule", "error"}`` (the call must raise; see `rejection.py`). `kvconform replay` checks
@@ -32,6 +41,22 @@ class CorruptReproducer(ValueError):
     """A reproducer directory that cannot be read; the message is one line."""
 
 
+@dataclass(frozen=True)
+class PoisonRegion:
+    """One don't-care location of a case: `inputs[input][index]` may hold anything (spec clause `clause`).
+
+    name:  what the location is, shared by all the pieces of one kind ("k_tail", "unused_pages", ...)
+    index: a NumPy index into the input (tuple of ints/slices/arrays, or a boolean mask of its shape)
+    value: what to fill it with; None = `poison_value` of the input's dtype (NaN; -128 for int8)
+    """
+    name: str
+    input: str
+    index: Any
+    clause: str = ""
+    what: str = ""
+    value: Any = None
+
+
 @dataclass
 class Case:
     op: str
@@ -39,6 +64,43 @@ class Case:
     params: dict[str, Any] = field(default_factory=dict)   # JSON summary: shapes, dtypes, features
     seed: int | None = None
     rejection: Rejection | None = None   # set for malformed input: the call must raise (errors layer)
+    poison: tuple[PoisonRegion, ...] = ()    # don't-care locations, clean (finite) in `inputs`
+    poisoned: tuple[str, ...] = ()           # names of the regions `inputs` holds poison in
+
+    def poison_names(self) -> tuple[str, ...]:
+        """Region names in declaration order, each once; only regions that cover some element."""
+        names: list[str] = []
+        for region in self.poison:
+            if region.name not in names and np.asarray(self.inputs[region.input])[region.index].size:
+                names.append(region.name)
+        return tuple(names)
+
+    def with_poison(self, names=None) -> "Case":
+        """A copy whose regions `names` (default: all) hold poison; the other inputs are shared."""
+        from .strategies.values import poison_value
+        chosen = self.poison_names() if names is None else tuple(names)
+        unknown = set(chosen) - {r.name for r in self.poison}
+        if unknown:
+            raise ValueError(f"[{self.op}] unknown poison region(s) {sorted(unknown)}; "
+                             f"declared: {list(self.poison_names())}")
+        inputs = dict(self.inputs)
+        copied: set[str] = set()
+        for region in self.poison:
+            if region.name not in chosen:
+                continue
+            if region.input not in copied:
+                inputs[region.input] = np.array(inputs[region.input], copy=True)
+                copied.add(region.input)
+            arr = inputs[region.input]
+            value = region.value if region.value is not None else poison_value(dtypes.dtype_name(arr.dtype))
+            arr[region.index] = value
+        params = dict(self.params, poison=list(chosen)) if chosen else dict(self.params)
+        return dataclasses.replace(self, inputs=inputs, params=params,
+                                   poisoned=tuple(dict.fromkeys(self.poisoned + chosen)))
+
+    def without_poison_regions(self) -> "Case":
+        """The clean case with no declared regions (what a variation of the diagnosis starts from)."""
+        return dataclasses.replace(self, poison=(), poisoned=())
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {k: v for k, v in self.inputs.items() if isinstance(v, np.ndarray)}
