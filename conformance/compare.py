@@ -1,8 +1,15 @@
 """Compare one backend output field with the reference under a `Tolerance`, over the specified region.
 
 `compare_field` returns a `FieldResult` with the metrics every report shows: max abs error, max ULP
-error (in the backend's output dtype), headroom = worst error / allowed error (<= 1 passes), the worst
-index and how many elements failed. Elements outside `mask` are unspecified and never looked at.
+error (in the precision the case requires), headroom = worst error / allowed error (<= 1 passes), the
+worst index and how many elements failed. Elements outside `mask` are unspecified and never looked at.
+
+Two rules make the verdict independent of what the backend chooses to return:
+- the tolerance's `out_dtype` is the precision the *case* requires (from its input dtypes, NU-3); a float
+  output narrower than that fails outright (a backend cannot buy tolerance by returning float8);
+- NU-7: a non-finite value where the reference is finite fails, a finite value where the reference is
+  not fails, and a non-finite reference value must be matched exactly (NaN by NaN, +inf by +inf).
+  Allowances are never widened by non-finite inputs: a non-finite bound counts as no allowance.
 """
 from __future__ import annotations
 
@@ -30,7 +37,8 @@ class FieldResult:
     worst_index: list[int] = field(default_factory=list)
     worst_actual: str = ""
     worst_expected: str = ""
-    problem: str = ""          # shape/dtype/NaN problems in words
+    problem: str = ""          # shape/dtype problems in words (the field was not compared)
+    problem_detail: str = ""   # NU-7 non-finite findings, in words (the field was compared)
     tolerance: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -49,6 +57,8 @@ class FieldResult:
                 f"got {self.worst_actual}, expected {self.worst_expected}, headroom {self.headroom:.3g}")
         if self.aggregate is not None:
             text += f", aggregate ||err||/||tol|| {self.aggregate:.3g}"
+        if self.problem_detail:
+            text += f" [{self.problem_detail}]"
         return text
 
 
@@ -97,22 +107,30 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
     if not (np.issubdtype(actual.dtype, np.floating) or dtypes.is_float_dtype(actual.dtype)):
         return FieldResult(name, False, tol.kind, compared=compared,
                            problem=f"dtype {dtypes.dtype_name(actual.dtype)} is not a floating dtype")
+    narrower = _narrower_than_required(actual.dtype, tol.out_dtype)
+    if narrower:
+        return FieldResult(name, False, tol.kind, compared=compared, headroom=math.inf, problem=narrower)
     a = actual.astype(np.float64)
     r = expected.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.abs(a - r)
-        same_special = (np.isnan(a) & np.isnan(r)) | ((a == r) & np.isinf(r))
-        err = np.where(same_special, 0.0, err)
-        err = np.where(np.isnan(err), math.inf, err)
+        r_finite = np.isfinite(r)
+        # NU-7: a non-finite reference value is compared exactly; anywhere else a non-finite error
+        # (NaN or inf in `a`, or a finite `a` against a non-finite `r`) fails.
+        same_special = ~r_finite & ((np.isnan(a) & np.isnan(r)) | (a == r))
+        err = np.where(same_special, 0.0, np.where(np.isfinite(err), err, math.inf))
         if tol.kind == "ulp":
-            allowed = tol.n_ulp * ulp(r, tol.out_dtype) + tol.atol
+            allowed = tol.n_ulp * ulp(np.where(r_finite, r, 0.0), tol.out_dtype) + tol.atol
         else:
-            allowed = tol.atol + tol.rtol * np.abs(r)
-        allowed = np.broadcast_to(np.where(np.isfinite(allowed), allowed, math.inf), r.shape)
-        ratio = np.where(err == 0, 0.0, err / np.maximum(allowed, 1e-300))
+            allowed = tol.atol + tol.rtol * np.abs(np.where(r_finite, r, 0.0))
+        allowed = np.broadcast_to(np.where(np.isfinite(allowed), allowed, 0.0), r.shape)
+        ratio = np.where(err == 0, 0.0, np.where(np.isinf(err), math.inf, err / np.maximum(allowed, 1e-300)))
     ratio = np.where(mask, ratio, 0.0)
     bad = (ratio > 1.0) & mask
     res = FieldResult(name, True, tol.kind, compared=compared, n_bad=int(bad.sum()))
+    nonfinite = bad & ~np.isfinite(err)
+    if nonfinite.any():
+        res.problem_detail = _nonfinite_detail(a, r, nonfinite)
     if compared:
         res.max_abs = float(np.max(np.where(mask, err, 0.0)))
         res.headroom = float(np.max(ratio))
@@ -132,6 +150,32 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
     if not res.ok:
         _set_worst(res, mask, ratio, actual, expected)
     return res
+
+
+def _narrower_than_required(dtype, required: str) -> str:
+    """Why a float output of `dtype` cannot meet a case that requires `required` precision ('' if it can)."""
+    if not required:
+        return ""
+    got = dtypes.dtype_name(dtype)
+    from .tolerance import eps
+    if got != "float64" and eps(got) > eps(required):
+        return (f"returned {got}, narrower than the {required} precision this case requires (NU-3: an output "
+                f"holds at least the precision of its activations; tolerance never follows the returned dtype)")
+    return ""
+
+
+def _nonfinite_detail(a: np.ndarray, r: np.ndarray, where: np.ndarray) -> str:
+    """NU-7 in words: how many compared elements are non-finite where they must not be, and of which kind."""
+    parts = []
+    for label, hit in (("NaN where the reference is finite", np.isnan(a) & np.isfinite(r)),
+                       ("inf where the reference is finite", np.isinf(a) & np.isfinite(r)),
+                       ("finite where the reference is non-finite", np.isfinite(a) & ~np.isfinite(r)),
+                       ("NaN against an infinite reference / inf against NaN",
+                        ~np.isfinite(a) & ~np.isfinite(r))):
+        n = int((hit & where).sum())
+        if n:
+            parts.append(f"{n} {label}")
+    return "NU-7: " + ", ".join(parts)
 
 
 def aggregate_limit(factor: float, n: int) -> float:

@@ -39,7 +39,7 @@ from . import profiles
 from .case import Case
 from .compare import FieldResult, compare_field
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
-from .worker import BackendError
+from .worker import ALIAS, BackendError
 
 #: Test layers (DESIGN.md section 4); "errors": malformed input must be rejected (rejection.py).
 LAYERS = ("golden", "differential", "property", "stateful", "errors")
@@ -129,6 +129,7 @@ class Harness:
         self.dtypes_seen: set[str] = set()
         self.failure: dict | None = None
         self.last_case: Case | None = None
+        self._check_kind: tuple | None = None   # how the last compared case was judged (for the diagnosis)
         self.started = time.monotonic()
 
     # --- claims -------------------------------------------------------------------------------
@@ -187,7 +188,11 @@ class Harness:
             except (ConformanceFailure, BackendError, Exception) as exc:
                 pytest.skip(f"unsupported (unclaimed and failing: {str(exc).splitlines()[0][:200]})")
         else:
-            run()
+            try:
+                run()
+            except (ConformanceFailure, BaseExceptionGroup) as exc:
+                self._attach_diagnosis(exc)
+                raise
 
     def run_state_machine(self, machine_cls, *, budget: float = 1.0, steps: int = 12) -> None:
         """Run a hypothesis `RuleBasedStateMachine` under the profile (its rules call `self.call`)."""
@@ -209,16 +214,77 @@ class Harness:
             result, mutated = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
         except BackendError as exc:
             self._fail(case, [], f"backend raised {exc.type_name}: {exc.message}", traceback=exc.tb)
+        aliased = [m for m in mutated if ALIAS in m]
+        mutated = [m for m in mutated if ALIAS not in m]
         if mutated:
             self._fail(case, [], f"backend modified its input arrays {mutated} (ops must be pure)")
+        if aliased:
+            self._fail(case, [], f"backend returned outputs that share memory with its inputs ({'; '.join(aliased)}): "
+                                 f"outputs must be fresh arrays (backends/base.py)")
         return result
 
     def check(self, case: Case) -> Any:
         """Differential check of one case against the reference; returns the backend result."""
         expected = self.reference(case)
         actual = self.call(case)
+        self._check_kind = ("differential", case)
         self.expect(case, actual, expected)
         return actual
+
+    def check_poison(self, case: Case, names=None) -> None:
+        """Poison property (PA-24, PA-25, PA-41, PA-45, RO-1, RS-3 .. RS-5): filling the declared don't-care
+        locations of a clean `case` with poison must not change the backend's result.
+
+        The expectation is the backend's own result on the clean case wherever the reference's result is
+        unchanged by the poison, and the reference's poisoned result where it changes (copied-through
+        locations, e.g. unwritten pool slots that must come back bit for bit). So a numeric error of the
+        backend is not this property's finding (the differential tests report it); only poison that moves
+        the result is."""
+        if not case.poison_names():
+            return
+        clean_actual = self.call(case)
+        poisoned = case.with_poison(names)
+        expected = poison_expectation(self.reference(case), self.reference(poisoned), clean_actual)
+        actual = self.call(poisoned)
+        self._check_kind = ("poison", case, clean_actual)
+        self.expect(poisoned, actual, expected, what="result of the same case without poison (poison in "
+                                                     "don't-care locations changed it)")
+
+    def check_history(self, case: Case, other: Case) -> None:
+        """Anti-gaming property: results must not depend on call history. `case`, then `other` (same
+        shapes, other values: a backend that caches by shape or address returns `case`'s answer), then
+        `case` again, which must give the first answer (a backend carrying state between calls does not).
+        """
+        first = self.call(case)
+        expected_other = self.reference(other)
+        between = self.call(other)
+        self._check_kind = ("history", other)
+        self.expect(other, between, expected_other,
+                    what="reference for a case of the same shapes as the previous call (a result that depends "
+                         "on call history: cached by shape or address?)")
+        again = self.call(case)
+        self._check_kind = ("history", case)
+        self.expect(case, again, first, what="result of the identical earlier call (results must not depend on "
+                                             "call history)")
+
+    # --- diagnosis ------------------------------------------------------------------------------
+    def _attach_diagnosis(self, exc: BaseException) -> None:
+        """After Hypothesis has shrunk a failure, re-run the minimal case with variations (diagnosis.py)
+        and append what they show to the failure; never changes the verdict."""
+        if self.failure is None or self._check_kind is None:
+            return
+        from .diagnosis import diagnose
+        try:
+            found = diagnose(self, self._check_kind)
+        except BaseException as err:  # a crash while diagnosing must not lose the failure itself
+            found = {"summary": f"diagnosis not available ({type(err).__name__}: {str(err)[:200]})",
+                     "variations": []}
+        if not found:
+            return
+        self.failure["diagnosis"] = found
+        self.failure["message"] += "\n  diagnosis: " + found["summary"]
+        if isinstance(exc, ConformanceFailure):
+            exc.args = (self.failure["message"],)
 
     def expect_rejected(self, case: Case, *, argument: str | Iterable[str] | None = None,
                         clause: str | Iterable[str] | None = None, rule: str | None = None) -> None:
@@ -317,6 +383,33 @@ class Harness:
             "unclaimed": self.unclaimed,
             "duration": round(time.monotonic() - self.started, 3),
         }
+
+
+def poison_expectation(clean_ref: Any, poisoned_ref: Any, clean_actual: Any) -> Any:
+    """Field by field: the reference's poisoned result where poison changes the reference's result
+    (bitwise), the backend's clean result elsewhere (see `Harness.check_poison`)."""
+    ref_c, ref_p, act_c = as_fields(clean_ref), as_fields(poisoned_ref), as_fields(clean_actual)
+    if set(act_c) != set(ref_p):
+        return poisoned_ref
+    out = {}
+    for name, rp in ref_p.items():
+        rp, rc, ac = np.asarray(rp), np.asarray(ref_c[name]), act_c[name]
+        if not isinstance(ac, np.ndarray) or ac.shape != rp.shape:
+            return poisoned_ref
+        changed = rp.tobytes() != rc.tobytes() and _bit_changes(rc, rp)
+        if changed is False or not np.any(changed):
+            out[name] = ac
+        elif ac.dtype == rp.dtype:
+            out[name] = np.where(changed, rp, ac)
+        else:
+            out[name] = np.where(changed, rp.astype(np.float64), ac.astype(np.float64))
+    return out
+
+
+def _bit_changes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise: do a and b differ bitwise (NaN equal to NaN whatever the payload)?"""
+    from .compare import _bits_equal
+    return ~_bits_equal(np.asarray(b), np.asarray(a).astype(np.asarray(b).dtype))
 
 
 def checks_tolerance_reason(case: Case, fields: list[FieldResult]) -> str:

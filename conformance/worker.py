@@ -72,9 +72,40 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
             before = {k: v.copy() for k, v in kwargs.items() if isinstance(v, np.ndarray)}
             result = getattr(backend, op)(**kwargs)
             mutated = [k for k, v in before.items() if not _same_bits(v, kwargs[k])]
+            mutated += aliased_inputs(result, kwargs)
             conn.send(("ok", (_to_numpy(result), mutated)))
         except Exception as exc:
             conn.send(("error", _error_payload(exc)))
+
+
+#: marks an entry of a call's `mutated` list that reports aliasing rather than mutation
+ALIAS = " aliases input "
+
+
+def aliased_inputs(result: Any, kwargs: dict) -> list[str]:
+    """'<output> aliases input <name>' for every returned array sharing memory with an input array.
+
+    Checked where the backend ran (in the worker, before pickling loses the sharing): a backend that
+    returns a view of its input, or writes its result into an input buffer, would otherwise look pure."""
+    if isinstance(result, tuple) and hasattr(result, "_fields"):
+        outputs = dict(zip(result._fields, result))
+    elif isinstance(result, tuple):
+        outputs = {f"output{i}": r for i, r in enumerate(result)}
+    else:
+        outputs = {"out": result}
+    found = []
+    for out_name, out in outputs.items():
+        if not isinstance(out, np.ndarray):
+            continue
+        for in_name, arr in kwargs.items():
+            if isinstance(arr, np.ndarray) and np.may_share_memory(out, arr):
+                try:
+                    shared = np.shares_memory(out, arr, max_work=1_000_000)
+                except np.exceptions.TooHardError:
+                    shared = True
+                if shared:
+                    found.append(f"{out_name}{ALIAS}{in_name}")
+    return found
 
 
 def _same_bits(a: np.ndarray, b) -> bool:
@@ -240,9 +271,10 @@ class InProcess:
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
         try:
-            return getattr(self.backend, op)(**kwargs), []
+            result = getattr(self.backend, op)(**kwargs)
         except Exception as exc:
             raise BackendError(*_error_payload(exc)) from None
+        return result, aliased_inputs(result, kwargs)
 
     def stop(self) -> None:
         pass

@@ -115,19 +115,23 @@ def plan_cases(draw, claims: OpClaims):
 
 def accumulate_checks(case: Case, expected: dict, actual: dict) -> dict:
     """acc: bitwise when returned in float64 (one correctly rounded addition, NU-EV2), else
-    2 u (|acc| + |step|) per element; counts: exact (NU-EV1)."""
+    2 u (|acc| + |step|) per element with u of the inputs' precision (the wider of acc and step_scores:
+    an acc returned narrower than its inputs fails, NU-3); counts: exact (NU-EV1)."""
     got = actual.get("acc")
     name = dtypes.dtype_name(getattr(got, "dtype", np.float64))
+    x = case.inputs
+    required = max((dtypes.dtype_name(np.asarray(x[k]).dtype) for k in ("acc", "step_scores")),
+                   key=lambda d: -tolerance.eps(d))
     if name == "float64" or not dtypes.is_float_dtype(name):
         acc_tol = tolerance.exact("class E (NU-EV2): float64 acc is one correctly rounded addition")
     else:
-        x = case.inputs
+        name = required
         old = np.concatenate([np.asarray(x["acc"], np.float64),
                               np.zeros(len(x["step_scores"]) - len(x["acc"]))])
         u = tolerance.eps(name) / 2
         allowed = 2.0 * u * (np.abs(old) + np.abs(dtypes.upcast(np.asarray(x["step_scores"]))))
         acc_tol = tolerance.Tolerance("ulp", atol=allowed, n_ulp=0.0, out_dtype=name,
-                                      reason=f"class U (NU-EV2): 2 u (|acc| + |step|), acc returned in {name}")
+                                      reason=f"class U (NU-EV2): 2 u (|acc| + |step|), u of the inputs' {name}")
     return {"acc": (acc_tol, None), "counts": (tolerance.exact("class E (NU-EV1): integer counts"), None)}
 
 

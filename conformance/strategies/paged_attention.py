@@ -20,8 +20,9 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 
 from .. import tolerance
-from ..case import Case
-from .values import floats, max_abs, pick, poison_value, seeds
+from ..case import Case, PoisonRegion
+from ..diagnosis import widened, without
+from .values import floats, pick, quantization_ties, seeds
 
 Q_DTYPES = ("float32", "bfloat16", "float16", "float64")
 FLOAT_KV_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -29,6 +30,8 @@ QUANT_KV_DTYPES = ("float8_e4m3fn", "float8_e5m2", "int8")
 DEFAULT_PAGE_SIZES = (2, 1, 4, 8)      # used when the backend accepts any page size
 DEFAULT_HEAD_DIMS = (4, 8, 6, 16)      # idem; 6 is a non-power of two
 SCALES = (0.5, 2.0, 0.125, 1.5, 0.0390625)  # float32-exact, never 1 so an ignored scale shows
+#: scales whose reciprocal is not a float32: x / s and x * fl32(1/s) differ near rounding ties (PA-44)
+BOUNDARY_SCALES = (0.1, 3.0, 0.7, 0.013)
 
 
 @dataclass(frozen=True)
@@ -37,23 +40,36 @@ class Variant:
     name: str
     features: tuple[str, ...]
     clauses: tuple[str, ...]
+    long: bool = False    # hundreds of keys per sequence: multi-block online softmax, split-KV, combine
 
     def __str__(self) -> str:
         return self.name
 
 
 ATTENTION_VARIANTS = (
-    Variant("base", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14", "PA-24")),
+    Variant("base", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14")),
     Variant("sliding_window", ("sliding_window",), ("PA-15",)),
     Variant("soft_cap", ("soft_cap",), ("PA-16",)),
     Variant("sinks", ("sinks",), ("PA-17",)),
     Variant("quantized_kv", ("quantized_kv",), ("PA-18", "PA-19")),
     Variant("return_scores", ("return_scores",), ("PA-21", "PA-22", "PA-23")),
+    # Features interact in real kernels (the cap before the window mask, the sink in a split-KV
+    # combine, scales with a cap): one column turns them all on together.
+    Variant("combined", ("sliding_window", "soft_cap", "sinks", "quantized_kv"),
+            ("PA-15", "PA-16", "PA-17", "PA-18", "PA-19")),
+    Variant("long", (), ("PA-6", "PA-7", "PA-14"), long=True),
 )
 WRITE_VARIANTS = (
     Variant("base", (), ("PA-41", "PA-43", "PA-45")),
     Variant("quantized_kv", ("quantized_kv",), ("PA-44",)),
 )
+#: long column: keys per sequence when the backend documents no split-KV threshold (OpClaims.limits
+#: "split_kv_min_keys"); several 16-token pages per kernel tile and several tiles per sequence.
+LONG_KEYS = (300, 97, 160, 513)
+LONG_MAX_KEYS = 640
+LONG_BUDGET = 0.3           # share of the profile's examples: each long call costs far more
+#: integer poison for metadata PA-24 / PA-5 declare ignored: far out of range of any page pool or length
+METADATA_POISON = np.int32(2 ** 30)
 
 
 def _claimed(options, claimed, what: str, variant: Variant):
@@ -68,23 +84,53 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _long_lengths(draw, claims: OpClaims, num_seqs: int, page_size: int):
+    """(q_lens, kv_lens) of the long column: decode rows and short prefills over hundreds of keys,
+    on both sides of the backend's split-KV threshold when it documents one."""
+    split = claims.limits.get("split_kv_min_keys")
+    keys = LONG_KEYS if not split else (int(split), int(split) - 1, int(split) + page_size + 1,
+                                        2 * int(split) + 3)
+    q_lens, kv_lens = [], []
+    for i in range(num_seqs):
+        q_len = draw(st.sampled_from((1, 0, 2, 17))) if i else draw(st.sampled_from((1, 17, 2)))
+        kv = draw(st.one_of(st.sampled_from(keys), st.integers(64, LONG_MAX_KEYS))) if i == 0 else \
+            draw(st.integers(q_len, 80))
+        q_lens.append(q_len)
+        kv_lens.append(max(kv, q_len))
+    return q_lens, kv_lens
+
+
 @st.composite
 def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_q_len: int = 4,
                     max_context: int = 9):
-    """A valid `ragged_paged_attention` call within `claims`, with the options of `variant` on."""
+    """A valid, clean `ragged_paged_attention` call within `claims`, with the options of `variant` on.
+
+    Every don't-care location is declared as a poison region (PA-24, PA-25, PA-5); the inputs hold
+    finite values there. Regions: q_padding, k_tail, v_tail, unused_pages, hidden_kv (keys no row of
+    the call can see), table_tail (page-table entries past the used pages), spare_metadata (rows of
+    sequences >= num_seqs)."""
     q_dtype = pick(draw, _claimed(Q_DTYPES, claims.dtypes, "q dtype", variant), "q dtype")
     kv_pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
     kv_dtype = pick(draw, _claimed(kv_pool, claims.kv_dtypes, "KV dtype", variant), "KV dtype")
-    page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
-    head_dim = pick(draw, claims.head_dims or DEFAULT_HEAD_DIMS, "head dim")
-    hkv = draw(st.integers(1, 3))
-    hq = hkv * draw(st.integers(1, 3))        # GQA ratios 1, 2, 3 (3: not a power of two)
+    if variant.long:
+        sizes = tuple(p for p in (claims.page_sizes or (16, 8)) if p >= 4) or tuple(claims.page_sizes)
+        page_size = pick(draw, sizes, "page size")
+        head_dim = pick(draw, claims.head_dims or (8, 4), "head dim")
+    else:
+        page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
+        head_dim = pick(draw, claims.head_dims or DEFAULT_HEAD_DIMS, "head dim")
+    hkv = draw(st.integers(1, 2 if variant.long else 3))
+    # GQA (PA-12): ratios 1, 2, 3 (3: not a power of two) when the backend claims it
+    hq = hkv * (draw(st.integers(1, 2 if variant.long else 3)) if "gqa" in claims.features else 1)
 
     # Ragged batch (PA-4, PA-5): empty, decode (q_len 1) and prefill (no context) sequences all occur.
-    num_seqs = draw(st.integers(1, max_seqs))
+    num_seqs = draw(st.integers(1, 2 if variant.long else max_seqs))
     spare_rows = draw(st.integers(0, 1))       # kv_lens / page_indices rows past num_seqs
-    q_lens = [draw(st.integers(0, max_q_len)) for _ in range(num_seqs)]
-    kv_lens = [q + draw(st.integers(0, max_context)) for q in q_lens]
+    if variant.long:
+        q_lens, kv_lens = _long_lengths(draw, claims, num_seqs, page_size)
+    else:
+        q_lens = [draw(st.integers(0, max_q_len)) for _ in range(num_seqs)]
+        kv_lens = [q + draw(st.integers(0, max_context)) for q in q_lens]
     used = [_cdiv(n, page_size) for n in kv_lens]
     pages_per_seq = max(used + [1]) + draw(st.integers(0, 1))
     spare_pages = draw(st.integers(1, 2))
@@ -93,8 +139,8 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     pad_rows = draw(st.integers(0, 2))
 
     S = num_seqs + spare_rows
-    poison_page = physical[sum(used)]
-    page_indices = np.full((S, pages_per_seq), poison_page, dtype=np.int32)
+    spare_page = physical[sum(used)]
+    page_indices = np.full((S, pages_per_seq), spare_page, dtype=np.int32)
     cursor = 0
     for i, n in enumerate(used):
         page_indices[i, :n] = physical[cursor:cursor + n]
@@ -138,24 +184,51 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
             sinks[rng.integers(0, hq)] = -np.inf
         kwargs["sinks"] = sinks
 
-    # Poison every don't-care location (PA-24, PA-25).
-    q[cu[num_seqs]:] = poison_value(q_dtype)
-    bad = poison_value(kv_dtype)
-    for i in range(num_seqs):
-        tail = kv_lens[i] % page_size
-        if tail:
-            last = page_indices[i, used[i] - 1]
-            k_pages[last, tail:] = bad
-            v_pages[last, tail:] = bad
-    for p in physical[sum(used):]:
-        k_pages[p] = bad
-        v_pages[p] = bad
-
     inputs = dict(q=q, k_pages=k_pages, v_pages=v_pages, kv_lens=kv, page_indices=page_indices,
                   cu_q_lens=cu, num_seqs=num_seqs, **kwargs)
     params = dict(dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hq=hq, hkv=hkv,
                   num_seqs=num_seqs, q_lens=q_lens, kv_lens=kv_lens, variant=variant.name)
-    return Case("ragged_paged_attention", inputs, params, seed)
+    return Case("ragged_paged_attention", inputs, params, seed,
+                poison=attention_poison_regions(inputs, used, physical[sum(used):]))
+
+
+def attention_poison_regions(x: dict, used: list[int], unused_pages) -> tuple[PoisonRegion, ...]:
+    """The don't-care locations of a `ragged_paged_attention` call (PA-5, PA-24, PA-25)."""
+    n = int(x["num_seqs"])
+    cu, kv_lens, table = x["cu_q_lens"], x["kv_lens"], x["page_indices"]
+    page_size = x["k_pages"].shape[1]
+    window = x.get("sliding_window")
+    regions = [PoisonRegion("q_padding", "q", (slice(int(cu[n]), None),), "PA-25",
+                            "padding rows of q past cu_q_lens[num_seqs]")]
+    for i in range(n):
+        kv_len, q_len = int(kv_lens[i]), int(cu[i + 1] - cu[i])
+        tail = kv_len % page_size
+        if tail:
+            last = int(table[i, used[i] - 1])
+            regions.append(PoisonRegion("k_tail", "k_pages", (last, slice(tail, None)), "PA-24",
+                                        "K slots past kv_len in the last used page"))
+            regions.append(PoisonRegion("v_tail", "v_pages", (last, slice(tail, None)), "PA-24",
+                                        "V slots past kv_len in the last used page"))
+        # keys no row of this call sees: all of them without rows, those left of every window
+        hidden = kv_len if q_len == 0 else (0 if window is None else max(0, kv_len - q_len - int(window) + 1))
+        for j in range(min(hidden, kv_len)):
+            where = (int(table[i, j // page_size]), j % page_size)
+            for name in ("k_pages", "v_pages"):
+                regions.append(PoisonRegion("hidden_kv", name, where, "PA-24",
+                                            "keys/values no row of the call can see"))
+        if table.shape[1] > used[i]:
+            regions.append(PoisonRegion("table_tail", "page_indices", (i, slice(used[i], None)), "PA-24",
+                                        "page-table entries past cdiv(kv_len, page_size)", METADATA_POISON))
+    for p in unused_pages:
+        for name in ("k_pages", "v_pages"):
+            regions.append(PoisonRegion("unused_pages", name, (int(p),), "PA-24", "pages no sequence uses"))
+    if table.shape[0] > n:
+        for name in ("kv_lens", "page_indices"):
+            regions.append(PoisonRegion("spare_metadata", name, (slice(n, None),), "PA-5",
+                                        "metadata rows of sequences >= num_seqs", METADATA_POISON))
+        regions.append(PoisonRegion("spare_metadata", "cu_q_lens", (slice(n + 1, None),), "PA-5",
+                                    "cu_q_lens entries past num_seqs + 1", METADATA_POISON))
+    return tuple(regions)
 
 
 @st.composite
@@ -176,33 +249,47 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     slot_mapping = np.asarray(order, dtype=np.int32).reshape(-1)
     kwargs = {}
     big = 1
+    boundary = False
     if dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype)):
-        kwargs["k_scale"] = draw(st.sampled_from(SCALES))
-        kwargs["v_scale"] = draw(st.sampled_from(SCALES))
+        kwargs["k_scale"] = draw(st.sampled_from(SCALES + BOUNDARY_SCALES))
+        kwargs["v_scale"] = draw(st.sampled_from(SCALES + BOUNDARY_SCALES))
         big = 9   # reach saturation of the storage format (PA-44)
+        # values within an ulp of the format's rounding ties and saturation edges (PA-44)
+        boundary = x_dtype in ("float32", "float64") and draw(st.booleans())
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
     v_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
-    # Unwritten slots keep whatever they hold, poison included, bit for bit (PA-45).
-    keep = rng.random((num_pages, page_size)) < 0.25
-    k_pages[keep] = poison_value(kv_dtype)
-    v_pages[keep] = poison_value(kv_dtype)
     k = floats(rng, (len(slot_mapping), hkv, head_dim), x_dtype, max_exp=big)
     v = floats(rng, (len(slot_mapping), hkv, head_dim), x_dtype, max_exp=big)
-    k[slot_mapping < 0] = poison_value(x_dtype)   # skipped tokens are never read (PA-41)
-    v[slot_mapping < 0] = poison_value(x_dtype)
+    if boundary:
+        k, v = (quantization_ties(rng, a, kv_dtype, kwargs[s]) for a, s in ((k, "k_scale"), (v, "v_scale")))
     inputs = dict(k_pages=k_pages, v_pages=v_pages, k=k, v=v, slot_mapping=slot_mapping, **kwargs)
     params = dict(dtype=x_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hkv=hkv,
                   num_pages=num_pages, tokens=len(slot_mapping), variant=variant.name)
-    return Case("write_kv", inputs, params, seed)
+    # Skipped tokens are never read (PA-41); unwritten slots keep whatever they hold, poison included,
+    # bit for bit (PA-45).
+    skipped = np.flatnonzero(slot_mapping < 0)
+    unwritten = np.ones(num_pages * page_size, dtype=bool)
+    unwritten[slot_mapping[slot_mapping >= 0]] = False
+    keep = (unwritten & (rng.random(unwritten.size) < 0.5)).reshape(num_pages, page_size)
+    poison = tuple(PoisonRegion("skipped_tokens", name, (skipped,), "PA-41", "k/v rows of skipped tokens")
+                   for name in ("k", "v")) + \
+        tuple(PoisonRegion("unwritten_slots", name, keep, "PA-45", "pool slots no token writes")
+              for name in ("k_pages", "v_pages"))
+    return Case("write_kv", inputs, params, seed, poison=poison)
 
 
 # --- comparison contract (spec/numerics.md) ------------------------------------------------------
 
-def _out_dtype(actual) -> str:
-    name = dtypes.dtype_name(getattr(actual, "dtype", np.float64))
-    return name if dtypes.is_float_dtype(name) else "float64"
+#: NU-PA2: scores feed eviction's float64 accumulation; they are sums of float32 probabilities
+SCORES_PRECISION = "float32"
+
+
+def required_out_precision(x: dict) -> str:
+    """NU-3 / NU-PA1: `out` must hold at least the precision of q (a wider dtype is allowed, and is
+    judged with the same bound: tolerance never follows the returned dtype)."""
+    return dtypes.dtype_name(x["q"].dtype)
 
 
 def _sequence_bounds(x: dict, i: int):
@@ -243,7 +330,7 @@ def attention_checks(case: Case, expected: dict, actual: dict) -> dict:
     u_kv = u_cmp if kv_dtype in QUANT_KV_DTYPES or wider else 0.0
     D = x["q"].shape[2]
     c = 8.0
-    out_dtype = _out_dtype(actual.get("out"))
+    out_dtype = required_out_precision(x)
     u_out = tolerance.u(out_dtype)
     atol = np.zeros(expected["out"].shape[0])
     rows = np.zeros(expected["out"].shape, dtype=bool)
@@ -258,7 +345,7 @@ def attention_checks(case: Case, expected: dict, actual: dict) -> dict:
         rows[cu[i]:cu[i + 1]] = True
         if score_rtol is not None:
             R = x["q"].shape[1] * int(cu[i + 1] - cu[i])
-            u_s = tolerance.u(_out_dtype(actual.get("scores")))
+            u_s = tolerance.u(SCORES_PRECISION)
             score_rtol[i] = 2 * E + 2 * u_cmp + c * (math.sqrt(n_i) + math.sqrt(R)) * u_acc + 2 * u_s
             score_atol[i] = R * 2.0 ** -126
     checks = {"out": (tolerance.reduction(out_dtype, atol[:, None, None], 2 * u_out,
@@ -269,7 +356,7 @@ def attention_checks(case: Case, expected: dict, actual: dict) -> dict:
         for i in range(n):
             if cu[i + 1] > cu[i]:
                 mask[i, :kv_lens[i]] = True
-        s_dtype = _out_dtype(actual.get("scores"))
+        s_dtype = SCORES_PRECISION
         checks["scores"] = (tolerance.reduction(s_dtype, score_atol, score_rtol, "NU-PA2"), mask)
         checks["scores:zeros"] = (tolerance.ulp_bounded(s_dtype, 0, 0.0, "PA-23: exactly 0"), ~mask)
     return checks
@@ -281,3 +368,40 @@ def write_kv_checks(case: Case, expected: dict, actual: dict) -> dict:
 
 
 CHECKS = {"ragged_paged_attention": attention_checks, "write_kv": write_kv_checks}
+
+
+# --- diagnosis variations (conformance/diagnosis.py) ----------------------------------------------
+
+def _attention_diagnosis(case: Case) -> list:
+    """Each optional feature off, narrow inputs widened exactly, quantized KV dequantized."""
+    x = case.inputs
+    found = [without(case, "sliding_window off", sliding_window=None),
+             without(case, "soft_cap off", soft_cap=None),
+             without(case, "sinks off", sinks=None),
+             without(case, "scores off", return_scores=None),
+             widened(case, ("q",), "q widened to float32"),
+             widened(case, ("k_pages", "v_pages"), "K/V widened to float32")]
+    if dtypes.is_quantized_dtype(x["k_pages"].dtype):
+        plain = dict(k_pages=dtypes.upcast(x["k_pages"], x.get("k_scale")).astype(np.float32),
+                     v_pages=dtypes.upcast(x["v_pages"], x.get("v_scale")).astype(np.float32))
+        found.append(without(dict_case(case, plain), "KV dequantized to float32", k_scale=None, v_scale=None))
+    return [v for v in found if v is not None]
+
+
+def _write_kv_diagnosis(case: Case) -> list:
+    x = case.inputs
+    found = [widened(case, ("k", "v"), "k/v widened to float32")]
+    if x.get("k_scale") is not None:
+        pow2 = {s: float(2.0 ** np.round(np.log2(float(x[s])))) for s in ("k_scale", "v_scale")}
+        found.append(without(case, "power-of-two scales", **pow2))
+    return [v for v in found if v is not None]
+
+
+def dict_case(case: Case, replace: dict) -> Case:
+    return Case(case.op, {**case.inputs, **replace}, dict(case.params), case.seed)
+
+
+DIAGNOSIS = {"ragged_paged_attention": _attention_diagnosis, "write_kv": _write_kv_diagnosis}
+#: inputs the history property redraws (same shapes and metadata, other values)
+HISTORY_INPUTS = {"ragged_paged_attention": ("q", "k_pages", "v_pages"),
+                  "write_kv": ("k", "v", "k_pages", "v_pages")}

@@ -30,6 +30,7 @@ Tested domain (spec/recurrent.md section 4): A < 0, dt' > 0 and moderate, RWKV w
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,8 +43,9 @@ from kvconform.reference.recurrent.activations import silu
 from kvconform.reference.recurrent.selective_state import effective_dt
 
 from .. import tolerance
-from ..case import Case
-from .values import floats, pick, poison_value, seeds
+from ..case import Case, PoisonRegion
+from ..diagnosis import widened, without
+from .values import floats, pick, seeds
 
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 POOL_DTYPES = ("float32", "float64")          # RS-6: the only pool dtypes
@@ -136,19 +138,37 @@ def _live_rows(idx, rows: int) -> np.ndarray:
     return np.arange(rows) if idx is None else np.asarray(idx)
 
 
-def _pool(rng, shape, pool_dtype, idx, rows, fresh=None) -> np.ndarray:
-    """A pool whose unaddressed rows include whole-NaN canaries (RS-4) and whose fresh rows hold NaN or
-    +-inf, which a kernel must never read (RS-5)."""
+def _pool(rng, shape, pool_dtype, idx, rows, fresh=None) -> tuple[np.ndarray, list[PoisonRegion]]:
+    """A clean pool and its don't-care rows: about half the unaddressed rows are whole "canary" rows that
+    must come back bit for bit whatever they hold (RS-4), and the rows of fresh sequences hold NaN or
+    +-inf in the poisoned run, which a kernel must never read (RS-5)."""
     pool = floats(rng, shape, pool_dtype)
+    regions = []
     used = {int(s) for s in _live_rows(idx, rows) if s >= 0}
     for slot in range(shape[0]):
         if slot not in used and rng.random() < 0.5:
-            pool[slot] = poison_value(pool_dtype)
+            regions.append(PoisonRegion("unaddressed_rows", "state_pool", (slot,), "RS-4",
+                                        "pool rows no row of the call addresses"))
     if fresh is not None:
         for s, slot in enumerate(_live_rows(idx, rows)):
             if slot >= 0 and fresh[s]:
-                pool[slot] = rng.choice([np.nan, np.inf, -np.inf])
-    return pool
+                regions.append(PoisonRegion("fresh_rows", "state_pool", (int(slot),), "RS-5",
+                                            "slots of fresh sequences (has_initial_state False)",
+                                            rng.choice([np.nan, np.inf, -np.inf])))
+    return pool, regions
+
+
+def _named(regions: list[PoisonRegion], pool_name: str) -> tuple[PoisonRegion, ...]:
+    return tuple(dataclasses.replace(r, input=pool_name) if r.input == "state_pool" else r for r in regions)
+
+
+def _padding_rows(idx, names, arrays: dict) -> list[PoisonRegion]:
+    """Inputs of padding rows (state index -1) are never read (RS-3)."""
+    if idx is None or not (np.asarray(idx) < 0).any():
+        return []
+    rows = np.flatnonzero(np.asarray(idx) < 0)
+    return [PoisonRegion("padding_inputs", name, (rows,), "RS-3", "inputs of padding rows (slot -1)")
+            for name in names if arrays.get(name) is not None]
 
 
 def _positive(rng, shape, dtype, **kw):
@@ -195,14 +215,14 @@ def _fresh(draw, seqs: int, variant: Variant):
     return np.asarray([not f for f in flags], dtype=bool)  # has_initial_state
 
 
-def _poison_tokens(arrays: dict, cu, idx, names) -> None:
-    """Padding sequences read nothing (RS-3): their tokens hold NaN."""
+def _padding_tokens(arrays: dict, cu, idx, names) -> list[PoisonRegion]:
+    """Padding sequences read nothing (RS-3): their tokens are don't-care."""
     if idx is None:
-        return
-    for s in np.flatnonzero(np.asarray(idx) < 0):
-        for name in names:
-            if name in arrays:
-                arrays[name][cu[s]:cu[s + 1]] = poison_value(dtypes.dtype_name(arrays[name].dtype))
+        return []
+    return [PoisonRegion("padding_inputs", name, (slice(int(cu[s]), int(cu[s + 1])),), "RS-3",
+                         "tokens of padding sequences (slot -1)")
+            for s in np.flatnonzero(np.asarray(idx) < 0) for name in names
+            if name in arrays and cu[s + 1] > cu[s]]
 
 
 # --- strategies ------------------------------------------------------------------------------------
@@ -223,18 +243,17 @@ def conv_cases(draw, claims: OpClaims, variant: Variant):
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     x = floats(rng, (rows, channels) if steps is None else (rows, steps, channels), act)
-    if idx is not None:
-        x[idx < 0] = poison_value(act)
     weight = floats(rng, (channels, width), act)
     if use_bias:
         kw["bias"] = floats(rng, (channels,), act)
-    conv_state = _pool(rng, (num_slots, channels, width - 1), pool_dtype, idx, rows)
+    conv_state, regions = _pool(rng, (num_slots, channels, width - 1), pool_dtype, idx, rows)
+    regions += _padding_rows(idx, ("x",), {"x": x})
     if idx is not None:
         kw["state_indices"] = idx
     inputs = dict(x=x, conv_state=conv_state, weight=weight, **kw)
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows * (steps or 1), width=width,
                   channels=channels, num_slots=num_slots, variant=variant.name)
-    return Case("causal_conv1d_update", inputs, params, seed)
+    return Case("causal_conv1d_update", inputs, params, seed, poison=_named(regions, "conv_state"))
 
 
 @st.composite
@@ -265,16 +284,14 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant):
     A = -_positive(rng, hs if mamba2 else (heads * p, n), act, max_exp=0)
     B = floats(rng, bc, act)
     C = floats(rng, bc, act)
-    state = _pool(rng, state_shape, pool_dtype, idx, rows)
+    state, regions = _pool(rng, state_shape, pool_dtype, idx, rows)
+    regions += _padding_rows(idx, ("x", "dt", "B", "C", "z"), dict(x=x, dt=dt, B=B, C=C, z=kw.get("z")))
     if idx is not None:
-        for arr in (x, dt, B, C, kw.get("z")):
-            if arr is not None:
-                arr[idx < 0] = poison_value(act)
         kw["state_indices"] = idx
     inputs = dict(state=state, x=x, dt=dt, A=A, B=B, C=C, **kw)
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows, mamba2=bool(mamba2),
                   heads=heads, groups=groups, p=p, n=n, num_slots=num_slots, variant=variant.name)
-    return Case("selective_state_update", inputs, params, seed)
+    return Case("selective_state_update", inputs, params, seed, poison=_named(regions, "state"))
 
 
 @st.composite
@@ -310,9 +327,9 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
                   B=floats(rng, (tokens, groups, n), act), C=floats(rng, (tokens, groups, n), act))
     if "z" in kw:
         arrays["z"] = kw.pop("z")
-    _poison_tokens(arrays, cu, idx, ("x", "dt", "B", "C", "z"))
-    state = _pool(rng, (num_slots, heads, p, n), pool_dtype, idx, seqs,
-                  None if has_initial is None else ~has_initial)
+    state, regions = _pool(rng, (num_slots, heads, p, n), pool_dtype, idx, seqs,
+                           None if has_initial is None else ~has_initial)
+    regions += _padding_tokens(arrays, cu, idx, ("x", "dt", "B", "C", "z"))
     A = -_positive(rng, (heads,), act, max_exp=0)
     if idx is not None:
         kw["state_indices"] = idx
@@ -324,7 +341,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
                   heads=heads, groups=groups, p=p, n=n, chunk_size=chunk, num_slots=num_slots,
                   num_snapshots=snaps, variant=variant.name)
-    return Case("ssd_chunked_scan", inputs, params, seed)
+    return Case("ssd_chunked_scan", inputs, params, seed, poison=_named(regions, "state"))
 
 
 @st.composite
@@ -349,18 +366,19 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     arrays = dict(r=floats(rng, (tokens, heads, dk), act), k=floats(rng, (tokens, heads, dk), act),
                   v=floats(rng, (tokens, heads, dv), act),
                   w=_positive(rng, (tokens, heads, dk), act, min_exp=-3, max_exp=-1))
-    _poison_tokens(arrays, cu, idx, ("r", "k", "v", "w"))
+    regions = _padding_tokens(arrays, cu, idx, ("r", "k", "v", "w"))
     kw = {}
     if idx is not None:
         kw["state_indices"] = idx
     if has_initial is not None:
         kw["has_initial_state"] = has_initial
-    state = _pool(rng, (num_slots, heads, dk, dv), pool_dtype, idx, seqs,
-                  None if has_initial is None else ~has_initial)
+    state, pool_regions = _pool(rng, (num_slots, heads, dk, dv), pool_dtype, idx, seqs,
+                                None if has_initial is None else ~has_initial)
+    regions = pool_regions + regions
     inputs = dict(**arrays, u=floats(rng, (heads, dk), act), state=state, cu_seqlens=cu, **kw)
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
                   heads=heads, k=dk, v=dv, num_slots=num_slots, variant=variant.name)
-    return Case("rwkv6_wkv", inputs, params, seed)
+    return Case("rwkv6_wkv", inputs, params, seed, poison=_named(regions, "state"))
 
 
 STRATEGIES = {"causal_conv1d_update": conv_cases, "selective_state_update": ssu_cases,
@@ -369,19 +387,29 @@ STRATEGIES = {"causal_conv1d_update": conv_cases, "selective_state_update": ssu_
 
 # --- comparison contract (spec/numerics.md, Recurrent) ---------------------------------------------
 
-def _out_dtype(arr) -> str:
-    name = dtypes.dtype_name(getattr(arr, "dtype", np.float64))
-    return name if dtypes.is_float_dtype(name) else "float64"
+def required_out_precision(x: dict, activation: str) -> str:
+    """NU-3: kernel outputs hold at least the precision of the activations (`x`, or `r` for RWKV6);
+    a wider output is judged by the same bound (tolerance never follows the returned dtype)."""
+    return dtypes.dtype_name(x[activation].dtype)
 
 
-def class_r(out_dtype: str, n: int, magnitude: float, what: str) -> tolerance.Tolerance:
+def class_r(out_dtype: str, n, magnitude: float, what: str) -> tolerance.Tolerance:
     """NU-R2: the general class-R bound of NU-6 with the family's reduction length n: atol = c_R * n *
     u_acc * M (gamma_n of a sum of n terms in any order, M the largest term), rtol = 2 * u_out (one
-    rounding of the output plus one intermediate); the engine adds the NU-6 aggregate check."""
-    n = max(int(n), 1)
-    return tolerance.reduction(out_dtype, C_R * n * U_ACC * float(magnitude), 2.0 * tolerance.u(out_dtype),
-                               reason=f"NU-R2 class R ({what}): n={n}, M={magnitude:.3g}, c_R=2, "
+    rounding of the output plus one intermediate); the engine adds the NU-6 aggregate check.
+    `n` may be an array broadcastable to the output (per-sequence lengths L_s)."""
+    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    atol = C_R * n * U_ACC * float(magnitude)
+    return tolerance.reduction(out_dtype, atol if atol.ndim else float(atol), 2.0 * tolerance.u(out_dtype),
+                               reason=f"NU-R2 class R ({what}): n<={int(n.max(initial=1.0))}, M={magnitude:.3g}, c_R=2, "
                                       f"u_acc=2^-24, rtol=2u({out_dtype})")
+
+
+def _per_sequence(n_of_seq: np.ndarray, owner: np.ndarray, ndim: int) -> np.ndarray:
+    """n of each row's sequence (owner[row] = sequence index, -1 = none), shaped to broadcast over `ndim`
+    trailing-axis output rows."""
+    n = np.where(owner >= 0, n_of_seq[np.maximum(owner, 0)], 1.0)
+    return n.reshape((-1,) + (1,) * (ndim - 1))
 
 
 def _zero(out_dtype: str, what: str) -> tolerance.Tolerance:
@@ -439,7 +467,7 @@ def conv_checks(case: Case, expected: dict, actual: dict) -> dict:
     n = weight.shape[1] + (x.get("bias") is not None)
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[live] = True
-    out_dtype = _out_dtype(actual.get("out"))
+    out_dtype = required_out_precision(x, "x")
     checks = _split(expected, actual, "out", "padding", mask,
                     class_r(out_dtype, n, M, "conv output"),
                     _zero(out_dtype, "padding outputs"))
@@ -467,7 +495,7 @@ def ssu_checks(case: Case, expected: dict, actual: dict) -> dict:
     n_state = x["state"].shape[-1]
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[live] = True
-    out_dtype = _out_dtype(actual.get("out"))
+    out_dtype = required_out_precision(x, "x")
     checks = _split(expected, actual, "out", "padding", mask,
                     class_r(out_dtype, n_state + 1, M_out, "SSU output"),
                     _zero(out_dtype, "padding outputs"))
@@ -475,6 +503,15 @@ def ssu_checks(case: Case, expected: dict, actual: dict) -> dict:
     checks.update(_pool_checks(expected, actual, "state", slots,
                                class_r(pool_dtype, 2, M_state, "SSU state")))
     return checks
+
+
+def _slot_n(n_seq: np.ndarray, slots, pool: np.ndarray) -> np.ndarray:
+    """n of the sequence writing each pool row (1 for rows no sequence writes: compared exactly anyway)."""
+    owner = np.full(pool.shape[0], -1)
+    for s, slot in enumerate(slots):
+        if slot >= 0:
+            owner[int(slot)] = s
+    return _per_sequence(np.asarray(n_seq, dtype=np.float64), owner, pool.ndim)
 
 
 def _varlen(x: dict):
@@ -515,16 +552,18 @@ def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
     seq_of = np.repeat(np.arange(seqs), lengths)[token_live]
     Lambda = max((float(log_decay[seq_of == s].sum(axis=0).max(initial=0.0)) for s in range(seqs)),
                  default=0.0)
-    n = int(np.ceil(longest * n_state * (1.0 + Lambda)))
+    n_seq = np.ceil(lengths * n_state * (1.0 + Lambda))          # per sequence: L_s * N * (1 + Lambda)
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[token_live] = True
-    out_dtype = _out_dtype(actual.get("out"))
+    out_dtype = required_out_precision(x, "x")
+    token_seq = np.repeat(np.arange(seqs), lengths)
     checks = _split(expected, actual, "out", "padding", mask,
-                    class_r(out_dtype, n + 1, M_out, "SSD output"),
+                    class_r(out_dtype, _per_sequence(n_seq + 1, token_seq, np.ndim(expected["out"])), M_out,
+                            "SSD output"),
                     _zero(out_dtype, "padding outputs"))
     pool_dtype = dtypes.dtype_name(x["state"].dtype)
     checks.update(_pool_checks(expected, actual, "state", slots,
-                               class_r(pool_dtype, n, M_state, "SSD state")))
+                               class_r(pool_dtype, _slot_n(n_seq, slots, x["state"]), M_state, "SSD state")))
     snaps = np.shape(expected["snapshots"])
     if snaps[1]:
         live = np.zeros(snaps, dtype=bool)
@@ -537,8 +576,8 @@ def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
         expected["snapshots[padding]"] = expected["snapshots"]
         if "snapshots" in actual:
             actual["snapshots[padding]"] = actual["snapshots"]
-        checks["snapshots"] = (class_r(pool_dtype, n, M_state, "SSD snapshots"),
-                               live)
+        checks["snapshots"] = (class_r(pool_dtype, _per_sequence(n_seq, np.arange(seqs), len(snaps)), M_state,
+                                       "SSD snapshots"), live)
         checks["snapshots[padding]"] = (_zero(pool_dtype, "padding snapshots"), pad)
     return checks
 
@@ -552,18 +591,47 @@ def rwkv_checks(case: Case, expected: dict, actual: dict) -> dict:
     kv = _amax(x["k"][token_live]) * _amax(x["v"][token_live])
     M_state = max(S0, kv)
     M_out = _amax(x["r"][token_live]) * max(S0, kv * max(1.0, _amax(x["u"])))
-    n = longest * x["state"].shape[2]
+    n_seq = (lengths * x["state"].shape[2]).astype(np.float64)      # per sequence: L_s * K
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[token_live] = True
-    out_dtype = _out_dtype(actual.get("out"))
+    out_dtype = required_out_precision(x, "r")
+    token_seq = np.repeat(np.arange(seqs), lengths)
     checks = _split(expected, actual, "out", "padding", mask,
-                    class_r(out_dtype, n, M_out, "RWKV6 output"),
+                    class_r(out_dtype, _per_sequence(n_seq, token_seq, np.ndim(expected["out"])), M_out,
+                            "RWKV6 output"),
                     _zero(out_dtype, "padding outputs"))
     pool_dtype = dtypes.dtype_name(x["state"].dtype)
     checks.update(_pool_checks(expected, actual, "state", slots,
-                               class_r(pool_dtype, n, M_state, "RWKV6 state")))
+                               class_r(pool_dtype, _slot_n(n_seq, slots, x["state"]), M_state, "RWKV6 state")))
     return checks
 
 
 CHECKS = {"causal_conv1d_update": conv_checks, "selective_state_update": ssu_checks,
           "ssd_chunked_scan": ssd_checks, "rwkv6_wkv": rwkv_checks}
+
+
+# --- diagnosis variations (conformance/diagnosis.py) ----------------------------------------------
+
+_ACTIVATIONS = ("x", "weight", "bias", "dt", "A", "B", "C", "z", "D", "dt_bias", "r", "k", "v", "w", "u")
+
+
+def _recurrent_diagnosis(case: Case) -> list:
+    """Each optional term off, activations widened exactly to float32, the chunking hint at its ends."""
+    found = [without(case, "bias off", bias=None), without(case, "silu off", activation=None),
+             without(case, "z gate off", z=None), without(case, "D skip off", D=None),
+             without(case, "dt_bias off", dt_bias=None), without(case, "dt_softplus off", dt_softplus=False),
+             without(case, "snapshots off", num_snapshots=None),
+             widened(case, _ACTIVATIONS, "activations widened to float32")]
+    if case.op == "ssd_chunked_scan":
+        found += [without(case, "one chunk per sequence (chunk_size 64)", chunk_size=64),
+                  without(case, "token by token (chunk_size 1)", chunk_size=1)]
+    return [v for v in found if v is not None and not (v[0] == "dt_softplus off" and
+                                                       not case.inputs.get("dt_softplus"))]
+
+
+DIAGNOSIS = {op: _recurrent_diagnosis for op in STRATEGIES}
+#: inputs the history property redraws (same shapes and slots, other values; signs free)
+HISTORY_INPUTS = {"causal_conv1d_update": ("x", "weight", "conv_state"),
+                  "selective_state_update": ("x", "B", "C", "state"),
+                  "ssd_chunked_scan": ("x", "B", "C", "state"),
+                  "rwkv6_wkv": ("r", "k", "v", "u", "state")}

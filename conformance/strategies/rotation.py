@@ -4,10 +4,11 @@ Ops: `rotate_keys` (LUT form, RO-9) and `shift_keys` (theta form, RO-10). Drawn 
 claims: cache dtypes (`kv_dtypes`), LUT dtypes (`dtypes`), page sizes, head dims, pair layouts
 (`layouts`: "half", "interleaved") and the features "per_block_deltas" ([n, 1]), "per_token_deltas"
 ([n, page_size]), "partial_rotary" (rotary_dim < D) and "negative_deltas" (shift_keys, delta < 0).
-Block indices are a shuffled subset of the pool (RO-8). NaN poison sits only where RO-1 says the data is
-copied unchanged (unlisted pages, dims >= rotary_dim of listed pages), so those are compared exactly;
-a few whole token slots of listed pages are poisoned too (an unfilled slot is rotated, RO-1) and their
-rotated pairs are left out of the comparison (NU-RO5), which still checks that NaN does not spread.
+Block indices are a shuffled subset of the pool (RO-8). Cases are drawn clean; the poison regions sit
+only where RO-1 says the data is copied unchanged (unlisted pages, dims >= rotary_dim of listed pages),
+so those are compared exactly, and in one whole token slot of a listed page (an unfilled slot is rotated,
+RO-1), whose rotated pairs are left out of the comparison (NU-RO5), which still checks that NaN does not
+spread.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 
 from .. import tolerance
-from ..case import Case
-from .values import floats, pick, poison_value, seeds
+from ..case import Case, PoisonRegion
+from ..diagnosis import widened
+from .values import floats, pick, seeds
 
 CACHE_DTYPES = ("float32", "bfloat16", "float16", "float64")
 LUT_DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -91,21 +93,25 @@ def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
-    bad = poison_value(kv_dtype)
     listed = np.zeros(num_pages, dtype=bool)
     listed[idx] = True
     # Copied elements keep poison bit for bit (RO-1): unlisted pages and dims >= rotary_dim.
     junk = rng.random(k_pages.shape) < 0.3
     rd = head_dim if rotary_dim is None else rotary_dim
     junk[listed, :, :, :rd] = False
-    k_pages[junk] = bad
+    unlisted = junk & ~listed[:, None, None, None]
+    poison = [PoisonRegion("unlisted_pages", "k_pages", unlisted, "RO-1", "elements of pages not listed"),
+              PoisonRegion("unrotated_dims", "k_pages", junk & ~unlisted, "RO-1",
+                           "dims >= rotary_dim of listed pages")]
     if n and draw(st.booleans()):
         # An unfilled slot of a listed page is still rotated (RO-1); its pairs are not compared (NU-RO5).
-        k_pages[idx[rng.integers(0, n)], rng.integers(0, page_size), :, :rd] = bad
+        poison.append(PoisonRegion("unfilled_slot", "k_pages",
+                                   (int(idx[rng.integers(0, n)]), int(rng.integers(0, page_size)), slice(None),
+                                    slice(0, rd)), "RO-1", "an unfilled token slot of a listed page"))
     width = page_size if variant.per_token else 1
     return dict(kv_dtype=kv_dtype, layout=layout, page_size=page_size, head_dim=head_dim,
                 rotary_dim=rotary_dim, hkv=hkv, n=n, idx=idx, k_pages=k_pages, rng=rng, seed=seed,
-                width=width)
+                width=width, poison=tuple(poison))
 
 
 def _options(p: dict) -> dict:
@@ -136,7 +142,7 @@ def rotate_keys_cases(draw, claims: OpClaims, variant: Variant, *, max_rows: int
     inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], rotation_deltas=deltas,
                   trig_lut=lut, **_options(p))
     return Case("rotate_keys", inputs, _params(p, variant, dtype=lut_dtype, lut_rows=rows, theta=theta),
-                p["seed"])
+                p["seed"], poison=p["poison"])
 
 
 @st.composite
@@ -151,7 +157,8 @@ def shift_keys_cases(draw, claims: OpClaims, variant: Variant):
     inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], position_deltas=deltas,
                   theta=theta, **_options(p))
     dtype = p["kv_dtype"]
-    return Case("shift_keys", inputs, _params(p, variant, dtype=dtype, theta=theta), p["seed"])
+    return Case("shift_keys", inputs, _params(p, variant, dtype=dtype, theta=theta), p["seed"],
+                poison=p["poison"])
 
 
 # --- comparison contract (spec/numerics.md, "Rotation") -------------------------------------------
@@ -186,9 +193,9 @@ def rotation_regions(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rotated, comparable, np.where(finite, m, 0.0)
 
 
-def _out_dtype(actual) -> str:
-    name = dtypes.dtype_name(getattr(actual, "dtype", np.float64))
-    return name if dtypes.is_float_dtype(name) else "float64"
+def required_out_precision(case: Case) -> str:
+    """NU-RO2: the rotated cache holds the precision of the cache it was given (the keys' dtype)."""
+    return dtypes.dtype_name(np.asarray(case.inputs["k_pages"]).dtype)
 
 
 def _unit_roundoff(name: str) -> float:
@@ -198,7 +205,7 @@ def _unit_roundoff(name: str) -> float:
 def _class_u(case: Case, expected, actual, extra_per_m: np.ndarray | float, reason: str):
     """Class U with a per-element allowance: rotated elements get ulp_O(ref) + extra * m, copied ones
     nothing (class E on values, NU-RO1). The ulp term is folded into atol so that it is zero on copies."""
-    out = _out_dtype(actual)
+    out = required_out_precision(case)
     rotated, comparable, m = rotation_regions(case)
     ref = np.asarray(expected, dtype=np.float64)
     with np.errstate(invalid="ignore"):
@@ -218,7 +225,7 @@ def rotate_checks(case: Case, expected: dict, actual: dict) -> dict:
     if exact_identity(case):
         _, comparable, _ = rotation_regions(case)
         return {"out": (tolerance.exact(f"class E: {case.params['exact_identity']} (NU-RO1)"), comparable)}
-    u = _unit_roundoff(_out_dtype(actual.get("out")))
+    u = _unit_roundoff(required_out_precision(case))
     tol, mask = _class_u(case, expected["out"], actual.get("out"), 4.0 * u,
                          "class U (NU-RO2): ulp_O(ref) + 4 u m, m = max(|x|,|y|) of the pair")
     return {"out": (tol, mask)}
@@ -229,7 +236,7 @@ def shift_checks(case: Case, expected: dict, actual: dict) -> dict:
     if exact_identity(case):
         _, comparable, _ = rotation_regions(case)
         return {"out": (tolerance.exact(f"class E: {case.params['exact_identity']} (NU-RO1)"), comparable)}
-    u = _unit_roundoff(_out_dtype(actual.get("out")))
+    u = _unit_roundoff(required_out_precision(case))
     x = case.inputs
     k_shape = np.asarray(x["k_pages"]).shape
     per_token = np.zeros(k_shape[:2])
@@ -244,3 +251,14 @@ def shift_checks(case: Case, expected: dict, actual: dict) -> dict:
 
 
 CHECKS = {"rotate_keys": rotate_checks, "shift_keys": shift_checks}
+
+
+# --- diagnosis variations (conformance/diagnosis.py) ----------------------------------------------
+
+def _rotation_diagnosis(case: Case) -> list:
+    found = [widened(case, ("trig_lut",), "LUT widened to float32"),
+             widened(case, ("k_pages",), "cache widened to float32")]
+    return [v for v in found if v is not None]
+
+
+DIAGNOSIS = {"rotate_keys": _rotation_diagnosis, "shift_keys": _rotation_diagnosis}

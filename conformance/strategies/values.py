@@ -61,6 +61,36 @@ def poison_value(name: str):
     return np.array(np.nan, dtype=np.float32).astype(dt)
 
 
+def quantization_ties(rng: np.random.Generator, like: np.ndarray, storage: str, scale) -> np.ndarray:
+    """Values of `like`'s dtype whose quotient by `scale` lies within 2 float32 ulps of a rounding tie of
+    `storage` (float8 or int8): midpoints between adjacent finite values (subnormals included), the
+    saturation edge past the largest value, and values far beyond it; 30% stay as in `like`.
+
+    Random normals almost never land there, yet that is where `x / s` and `x * fl32(1/s)` or a
+    round-half-away rule differ from the pinned rounding of PA-44 (reference/dtypes.py:quantize)."""
+    grid = np.unique(finite_values(storage).astype(np.float64))
+    top, step = grid[-1], grid[-1] - grid[-2]
+    targets = np.concatenate([(grid[:-1] + grid[1:]) / 2, [top + step / 2, -(top + step / 2), 3 * top, -3 * top]])
+    x = (targets[rng.integers(0, targets.size, size=like.shape)] * float(np.float32(scale))).astype(np.float32)
+    bits = x.view(np.int32) + rng.integers(-2, 3, size=like.shape).astype(np.int32)
+    nudged = np.where(x != 0, bits, x.view(np.int32)).view(np.float32)
+    keep = rng.random(like.shape) < 0.3
+    return np.where(keep, like, nudged.astype(like.dtype)).astype(like.dtype)
+
+
+def reseeded(case, names, seed: int):
+    """The same case (shapes, metadata, options) with the float inputs `names` redrawn from `seed`: what
+    the history property calls between two identical calls (a cache keyed by shape returns stale data)."""
+    import dataclasses
+    rng = np.random.default_rng(seed)
+    inputs = dict(case.inputs)
+    for name in names:
+        arr = inputs.get(name)
+        if isinstance(arr, np.ndarray) and (dtypes.is_float_dtype(arr.dtype) or dtypes.is_quantized_dtype(arr.dtype)):
+            inputs[name] = floats(rng, arr.shape, dtypes.dtype_name(arr.dtype))
+    return dataclasses.replace(case, inputs=inputs, seed=seed, params=dict(case.params, reseeded=list(names)))
+
+
 def max_abs(x: np.ndarray, scale=None) -> float:
     """max |x| of the finite entries, in float64 (times scale when given)."""
     v = dtypes.upcast(x, scale)

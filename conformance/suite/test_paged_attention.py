@@ -22,6 +22,7 @@ from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import paged_attention as pa_bad
+from kvconform.conformance.strategies.values import reseeded
 
 BASE_CLAUSES = pa.ATTENTION_VARIANTS[0].clauses
 ALL_ATTENTION_CLAUSES = tuple(sorted({c for v in pa.ATTENTION_VARIANTS for c in v.clauses}))
@@ -188,7 +189,7 @@ def test_write_kv_golden(kvc, name):
 def test_attention_differential(kvc, variant):
     kvc.cite(*dict.fromkeys(BASE_CLAUSES + variant.clauses))
     claims = kvc.claims(features=variant.features)
-    kvc.for_all(pa.attention_cases(claims, variant), kvc.check)
+    kvc.for_all(pa.attention_cases(claims, variant), kvc.check, budget=pa.LONG_BUDGET if variant.long else 1.0)
 
 
 @conformance_test(op="write_kv", layer="differential", clauses=ALL_WRITE_CLAUSES)
@@ -197,6 +198,44 @@ def test_write_kv_differential(kvc, variant):
     kvc.cite(*dict.fromkeys(pa.WRITE_VARIANTS[0].clauses + variant.clauses))
     claims = kvc.claims(features=variant.features)
     kvc.for_all(pa.write_kv_cases(claims, variant), kvc.check)
+
+
+# --- poison and anti-gaming properties ------------------------------------------------------------
+# Differential cases are clean; poison in every don't-care location is its own property, so a NaN leak
+# and a numeric error are two findings, and the diagnosis names the region that leaks.
+
+POISON_VARIANTS = tuple(v for v in pa.ATTENTION_VARIANTS if v.name in ("base", "sliding_window", "combined",
+                                                                        "return_scores"))
+
+
+@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-5", "PA-24", "PA-25"))
+@pytest.mark.parametrize("variant", POISON_VARIANTS, ids=str)
+def test_attention_poison(kvc, variant):
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(pa.attention_cases(claims, variant), kvc.check_poison, budget=0.4)
+
+
+@conformance_test(op="write_kv", layer="property", clauses=("PA-41", "PA-45"))
+@pytest.mark.parametrize("variant", pa.WRITE_VARIANTS, ids=str)
+def test_write_kv_poison(kvc, variant):
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(pa.write_kv_cases(claims, variant), kvc.check_poison, budget=0.4)
+
+
+@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-7", "PA-14"))
+def test_attention_call_history(kvc):
+    claims = kvc.claims()
+    kvc.for_all(st.tuples(pa.attention_cases(claims, pa.ATTENTION_VARIANTS[0]), st.integers(0, 2**32 - 1)),
+                lambda c: kvc.check_history(c[0], reseeded(c[0], pa.HISTORY_INPUTS["ragged_paged_attention"],
+                                                             c[1])), budget=0.2)
+
+
+@conformance_test(op="write_kv", layer="property", clauses=("PA-43", "PA-45"))
+def test_write_kv_call_history(kvc):
+    claims = kvc.claims()
+    kvc.for_all(st.tuples(pa.write_kv_cases(claims, pa.WRITE_VARIANTS[0]), st.integers(0, 2**32 - 1)),
+                lambda c: kvc.check_history(c[0], reseeded(c[0], pa.HISTORY_INPUTS["write_kv"], c[1])),
+                budget=0.2)
 
 
 # --- oracle-free properties ------------------------------------------------------------------------

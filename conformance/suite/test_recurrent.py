@@ -26,6 +26,7 @@ from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import recurrent as rs
 from kvconform.conformance.strategies.malformed import recurrent as rs_bad
+from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.recurrent import WKV6, ConvUpdate, SelectiveStateUpdate, SSDScan
 
 F32, NAN = np.float32, np.nan
@@ -68,6 +69,43 @@ def test_ssd_chunked_scan_differential(kvc, variant):
 @pytest.mark.parametrize("variant", rs.RWKV_VARIANTS, ids=str)
 def test_rwkv6_differential(kvc, variant):
     _differential(kvc, "rwkv6_wkv", variant)
+
+
+# --- poison and anti-gaming properties ------------------------------------------------------------
+# Clean cases in the differential tests; poison (NaN canary rows, NaN/inf fresh rows, padding inputs)
+# is its own property, in the columns that have such locations.
+
+def _poison_variants(op):
+    return tuple(v for v in rs.VARIANTS[op] if v.name in ("base", "mamba1", "padding_slots", "initial_states"))
+
+
+def _poison_test(op, clauses):
+    @conformance_test(op=op, layer="property", clauses=clauses)
+    @pytest.mark.parametrize("variant", _poison_variants(op), ids=str)
+    def test(kvc, variant):
+        claims = kvc.claims(features=variant.features)
+        kvc.for_all(rs.STRATEGIES[op](claims, variant), kvc.check_poison, budget=0.4)
+    return test
+
+
+def _history_test(op):
+    @conformance_test(op=op, layer="property", clauses=("RS-1", "RS-8"))
+    def test(kvc):
+        variant = rs.VARIANTS[op][0]
+        claims = kvc.claims(features=variant.features)
+        kvc.for_all(st.tuples(rs.STRATEGIES[op](claims, variant), st.integers(0, 2**32 - 1)),
+                    lambda c: kvc.check_history(c[0], reseeded(c[0], rs.HISTORY_INPUTS[op], c[1])), budget=0.2)
+    return test
+
+
+test_conv1d_poison = _poison_test("causal_conv1d_update", ("RS-3", "RS-4"))
+test_selective_state_update_poison = _poison_test("selective_state_update", ("RS-3", "RS-4"))
+test_ssd_chunked_scan_poison = _poison_test("ssd_chunked_scan", ("RS-3", "RS-4", "RS-5"))
+test_rwkv6_poison = _poison_test("rwkv6_wkv", ("RS-3", "RS-4", "RS-5"))
+test_conv1d_call_history = _history_test("causal_conv1d_update")
+test_selective_state_update_call_history = _history_test("selective_state_update")
+test_ssd_chunked_scan_call_history = _history_test("ssd_chunked_scan")
+test_rwkv6_call_history = _history_test("rwkv6_wkv")
 
 
 # --- golden cases ----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import rotation as ro
 from kvconform.conformance.strategies.malformed import rotation as ro_bad
+from kvconform.conformance.strategies.values import reseeded
 
 NAN = np.nan
 ROTATE_CLAUSES = ("RO-1", "RO-2", "RO-5", "RO-6", "RO-8", "RO-9", "RO-11")
@@ -159,6 +160,34 @@ def test_shift_keys_differential(kvc, variant):
     kvc.cite(*dict.fromkeys(SHIFT_CLAUSES + variant.clauses))
     claims = kvc.claims(features=variant.features)
     kvc.for_all(ro.shift_keys_cases(claims, variant), kvc.check)
+
+
+# --- poison and anti-gaming properties ------------------------------------------------------------
+
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-1",))
+def test_rotate_keys_poison(kvc):
+    claims = kvc.claims(features=ro.ROTATE_VARIANTS[0].features)
+    kvc.for_all(ro.rotate_keys_cases(claims, ro.ROTATE_VARIANTS[0]), kvc.check_poison, budget=0.4)
+
+
+@conformance_test(op="shift_keys", layer="property", clauses=("RO-1",))
+def test_shift_keys_poison(kvc):
+    claims = kvc.claims(features=ro.SHIFT_VARIANTS[0].features)
+    kvc.for_all(ro.shift_keys_cases(claims, ro.SHIFT_VARIANTS[0]), kvc.check_poison, budget=0.4)
+
+
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-5", "RO-9"))
+def test_rotate_keys_call_history(kvc):
+    claims = kvc.claims(features=ro.ROTATE_VARIANTS[0].features)
+    kvc.for_all(st.tuples(ro.rotate_keys_cases(claims, ro.ROTATE_VARIANTS[0]), st.integers(0, 2**32 - 1)),
+                lambda c: kvc.check_history(c[0], reseeded(c[0], ("k_pages",), c[1])), budget=0.2)
+
+
+@conformance_test(op="shift_keys", layer="property", clauses=("RO-5", "RO-10"))
+def test_shift_keys_call_history(kvc):
+    claims = kvc.claims(features=ro.SHIFT_VARIANTS[0].features)
+    kvc.for_all(st.tuples(ro.shift_keys_cases(claims, ro.SHIFT_VARIANTS[0]), st.integers(0, 2**32 - 1)),
+                lambda c: kvc.check_history(c[0], reseeded(c[0], ("k_pages",), c[1])), budget=0.2)
 
 
 # --- oracle-free properties (backend only) ---------------------------------------------------------
