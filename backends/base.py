@@ -31,6 +31,62 @@ OPS: dict[str, str] = {
 }
 
 
+#: The claims vocabulary: every optional feature and layout name an op's claims may use, each one consulted
+#: by the op's strategies (conformance/strategies/<family>.py). A name outside it is an error
+#: (`claims_problems`), never a silently "unsupported" column.
+FEATURES: dict[str, tuple[str, ...]] = {
+    "ragged_paged_attention": ("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa"),
+    "write_kv": ("quantized_kv",),
+    "rotate_keys": ("per_token_deltas", "per_block_deltas", "partial_rotary"),
+    "shift_keys": ("per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas"),
+    "accumulate_scores": (),
+    "plan_eviction": (),
+    "causal_conv1d_update": ("state_indices", "padding_slots", "multi_token", "bias", "silu"),
+    "selective_state_update": ("state_indices", "padding_slots", "mamba2", "dt_bias", "dt_softplus", "skip_d",
+                               "z_gate", "grouped_bc"),
+    "ssd_chunked_scan": ("state_indices", "padding_slots", "initial_states", "snapshots", "dt_bias",
+                         "dt_softplus", "skip_d", "z_gate", "grouped_bc"),
+    "rwkv6_wkv": ("state_indices", "padding_slots", "initial_states"),
+}
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "rotate_keys": ("half", "interleaved"),
+    "shift_keys": ("half", "interleaved"),
+}
+#: `OpClaims.limits` keys the strategies read
+LIMITS: dict[str, tuple[str, ...]] = {
+    "ragged_paged_attention": ("split_kv_min_keys", "max_head_dim"),
+    "causal_conv1d_update": ("min_width",),
+}
+
+
+def claims_problems(capabilities: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """{op: [problem in words]} for claims that name an unknown op, feature, layout or limit (with the
+    closest registered name); empty when every name is known. `capabilities`: describe()["capabilities"]."""
+    import difflib
+
+    def unknown(kind: str, names, known, op: str) -> list[str]:
+        out = []
+        for name in names or ():
+            if name not in known:
+                close = difflib.get_close_matches(str(name), list(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known) or 'none'})"
+                out.append(f"unknown {kind} {name!r} for {op}{hint}")
+        return out
+
+    problems: dict[str, list[str]] = {}
+    for op, raw in capabilities.items():
+        if op not in OPS:
+            close = difflib.get_close_matches(str(op), list(OPS), n=1)
+            problems[op] = [f"unknown op {op!r}" + (f" (did you mean {close[0]!r}?)" if close else "")]
+            continue
+        found = unknown("feature", raw.get("features"), FEATURES.get(op, ()), op)
+        found += unknown("layout", raw.get("layouts"), LAYOUTS.get(op, ()), op)
+        found += unknown("limit", list(raw.get("limits") or {}), LIMITS.get(op, ()), op)
+        if found:
+            problems[op] = found
+    return problems
+
+
 @dataclass(frozen=True)
 class OpClaims:
     """What a backend claims to support for one op. A claimed case that fails is a failure; a case

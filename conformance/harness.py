@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from kvconform import reference
-from kvconform.backends.base import OPS, OpClaims
+from kvconform.backends.base import OPS, OpClaims, claims_problems
 
 from . import profiles
 from .case import Case
@@ -138,6 +138,11 @@ class Harness:
         not claimed (with --run-unclaimed it runs anyway: a pass is `unclaimed-pass`)."""
         op = op or self.op
         self.features = tuple(features)
+        problems = claims_problems({op: self.description.get("capabilities", {}).get(op) or {}})
+        if problems:
+            pytest.fail(f"[{op}] {self.backend_name} claims names the suite does not know: "
+                        f"{'; '.join(problems[op])}. Registered names: kvconform.backends.base.FEATURES, "
+                        f"LAYOUTS, LIMITS", pytrace=False)
         raw = self.description.get("capabilities", {}).get(op)
         missing = []
         if raw is None:

@@ -39,13 +39,11 @@ class PallasBackend(Backend):
         return {
             "ragged_paged_attention": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
-                layouts=("separate", "combined"),
-                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
-                          "mixed_prefill_decode", "empty_sequences"),
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa"),
                 limits={"max_head_dim": MAX_HEAD_DIM}),
             "write_kv": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
-                layouts=("separate",), features=("quantized_kv", "skip_negative_slots")),
+                features=("quantized_kv",)),
             "rotate_keys": OpClaims(
                 dtypes=FLOAT_KV, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
                 layouts=("half", "interleaved"),
@@ -60,7 +58,6 @@ class PallasBackend(Backend):
                 limits={"min_width": 2}),
             "selective_state_update": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=("float32",),
-                layouts=("mamba1", "mamba2"),
                 features=("state_indices", "padding_slots", "mamba2", "dt_bias", "dt_softplus", "skip_d",
                           "z_gate", "grouped_bc")),
             "ssd_chunked_scan": OpClaims(

@@ -41,41 +41,38 @@ class TritonBackend(Backend):
     def capabilities(self) -> dict[str, OpClaims]:
         return {
             "ragged_paged_attention": OpClaims(
-                dtypes=_ACT, kv_dtypes=_KV, page_sizes=None, head_dims=None, layouts=("separate",),
-                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
-                          "split_kv", "strided_metadata")),
+                dtypes=_ACT, kv_dtypes=_KV, page_sizes=None, head_dims=None,
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa"),
+                limits={"split_kv_min_keys": self._split_threshold(_runtime.configure().interpret)}),
             "write_kv": OpClaims(
                 dtypes=_ACT + ("float64",), kv_dtypes=_KV, page_sizes=None, head_dims=None,
-                layouts=("separate",), features=("quantized_kv", "skip_negative_slots",
-                                                 "strided_metadata")),
+                features=("quantized_kv",)),
             "rotate_keys": OpClaims(
                 dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None, layouts=("half", "interleaved"),
-                features=("per_token_deltas", "per_block_deltas", "partial_rotary", "strided_metadata")),
+                features=("per_token_deltas", "per_block_deltas", "partial_rotary")),
             "shift_keys": OpClaims(
                 dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None, layouts=("half", "interleaved"),
-                features=("per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas",
-                          "strided_metadata")),
+                features=("per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas")),
             # Eviction (EV-*): float64 accumulation and exact selection on device; any float step_scores /
             # acc dtype is upcast exactly to float64 before the kernels (so NU-EV2's bit-exact class applies).
-            "accumulate_scores": OpClaims(dtypes=dtypes.FLOAT_DTYPE_NAMES, features=("strided_metadata",)),
-            "plan_eviction": OpClaims(dtypes=dtypes.FLOAT_DTYPE_NAMES, page_sizes=None,
-                                      features=("strided_metadata",)),
+            "accumulate_scores": OpClaims(dtypes=dtypes.FLOAT_DTYPE_NAMES),
+            "plan_eviction": OpClaims(dtypes=dtypes.FLOAT_DTYPE_NAMES, page_sizes=None),
             # Recurrent (RS-*): float32 math in the kernels; pools float32/float64 (RS-6), rows read and
             # written in place on a copy; conv windows copied in the pool dtype (exact, NU-R1).
             "causal_conv1d_update": OpClaims(
                 dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
-                features=("state_indices", "padding_slots", "multi_token", "bias", "silu", "strided_metadata")),
+                features=("state_indices", "padding_slots", "multi_token", "bias", "silu")),
             "selective_state_update": OpClaims(
-                dtypes=_REC_ACT, kv_dtypes=_REC_POOL, layouts=("mamba1", "mamba2"),
+                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
                 features=("state_indices", "padding_slots", "mamba2", "dt_bias", "dt_softplus", "skip_d",
-                          "z_gate", "grouped_bc", "strided_metadata")),
+                          "z_gate", "grouped_bc")),
             "ssd_chunked_scan": OpClaims(
                 dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
                 features=("state_indices", "padding_slots", "initial_states", "snapshots", "dt_bias",
-                          "dt_softplus", "skip_d", "z_gate", "grouped_bc", "strided_metadata")),
+                          "dt_softplus", "skip_d", "z_gate", "grouped_bc")),
             "rwkv6_wkv": OpClaims(
                 dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
-                features=("state_indices", "padding_slots", "initial_states", "strided_metadata")),
+                features=("state_indices", "padding_slots", "initial_states")),
         }
 
     # ---------------------------------------------------------------------------------------------
@@ -113,10 +110,14 @@ class TritonBackend(Backend):
             return out
         return AttentionOutput(out, to_numpy(scores))
 
+    def _split_threshold(self, interpret: bool) -> int:
+        """Keys from which decode batches use split-KV (claimed as the limit split_kv_min_keys)."""
+        if self.split_min_kv is not None:
+            return self.split_min_kv
+        return 256 if interpret else 2048
+
     def _num_splits(self, max_q: int, max_kv: int, group: int, interpret: bool) -> int:
-        threshold = self.split_min_kv
-        if threshold is None:
-            threshold = 256 if interpret else 2048
+        threshold = self._split_threshold(interpret)
         block_q = max(1, 16 // _next_pow2(group))
         if max_q > block_q or max_kv < threshold:
             return 1

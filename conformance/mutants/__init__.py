@@ -24,6 +24,7 @@ class MutantInfo:
     description: str
     max_size: int = 8  # the largest counterexample (tokens + sequences + heads) shrinking may leave
     only_caught_by: str = ""   # if set: the op's tests whose id lacks it must all pass (e.g. "long")
+    diagnosis: str = ""        # if set: text some failure of the op must show (its diagnosis or message)
 
 
 _REGISTRY: dict[str, MutantInfo] = {}
@@ -36,10 +37,11 @@ class Mutant(NumpyBackend):
         self.name = f"mutant-{type(self).__name__}"
 
 
-def mutant(*, op: str, clause: str, description: str, max_size: int = 8, only_caught_by: str = ""):
+def mutant(*, op: str, clause: str, description: str, max_size: int = 8, only_caught_by: str = "",
+           diagnosis: str = ""):
     def register(cls):
         spec = f"{cls.__module__}:{cls.__name__}"
-        _REGISTRY[spec] = MutantInfo(spec, op, clause, description, max_size, only_caught_by)
+        _REGISTRY[spec] = MutantInfo(spec, op, clause, description, max_size, only_caught_by, diagnosis)
         cls.mutant_info = _REGISTRY[spec]
         return cls
     return register

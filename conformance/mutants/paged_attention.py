@@ -106,3 +106,108 @@ class WriteKvNegativeSlotWraps(Mutant):
         total = k_pages.shape[0] * k_pages.shape[1]
         slots = np.where(slot_mapping < 0, slot_mapping % total, slot_mapping).astype(slot_mapping.dtype)
         return reference.write_kv(k_pages, v_pages, k, v, slots, **kw)
+
+
+@mutant(op="ragged_paged_attention", clause="PA-7",
+        description="returns float8_e4m3fn outputs 3% too large: a narrow output dtype must not buy tolerance",
+        diagnosis="narrower than the")
+class Fp8BiasedOutput(Mutant):
+    def ragged_paged_attention(self, *args, **kw):
+        result = reference.ragged_paged_attention(*args, **kw)
+        return _replace_out(result, lambda out: (out * 1.03).astype(dtypes.DTYPES["float8_e4m3fn"]))
+
+
+@mutant(op="ragged_paged_attention", clause="PA-16",
+        description="two independent bugs: V slots past kv_len leak NaN (0 * NaN) and the soft cap is "
+                    "applied with a cap 5% too large", diagnosis="v_tail")
+class VTailLeakAndSoftCapError(Mutant):
+    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
+                               soft_cap=None, **kw):
+        capped = None if soft_cap is None else soft_cap * 1.05
+        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
+                                                  num_seqs, soft_cap=capped, **kw)
+        page_size = v_pages.shape[1]
+        leaking = []
+        for i in range(int(num_seqs)):
+            kv_len = int(kv_lens[i])
+            if kv_len % page_size and cu_q_lens[i + 1] > cu_q_lens[i]:
+                page = page_indices[i, kv_len // page_size]
+                if np.isnan(dtypes.upcast(v_pages[page, kv_len % page_size:])).any():
+                    leaking.append(slice(int(cu_q_lens[i]), int(cu_q_lens[i + 1])))
+
+        def leak(out):
+            out = out.copy()
+            for rows in leaking:
+                out[rows] = np.nan
+            return out
+        return _replace_out(result, leak)
+
+
+@mutant(op="ragged_paged_attention", clause="PA-14",
+        description="split-KV partial outputs kept in float16 before the combine (sequences of >= 256 keys)",
+        max_size=40, only_caught_by="long")
+class SplitKvHalfPartials(Mutant):
+    SPLIT_MIN_KEYS, CHUNK = 256, 128
+
+    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
+        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
+                                                  num_seqs, **kw)
+        if any(kw.get(k) is not None for k in ("sliding_window", "soft_cap", "sinks")) or kw.get("return_scores"):
+            return result
+        out = np.array(result, dtype=np.float64)
+        D, page_size, group = q.shape[2], k_pages.shape[1], q.shape[1] // k_pages.shape[2]
+        scale = kw.get("sm_scale") or D ** -0.5
+        for i in range(int(num_seqs)):
+            n, rows = int(kv_lens[i]), slice(int(cu_q_lens[i]), int(cu_q_lens[i + 1]))
+            q_len = rows.stop - rows.start
+            if n < self.SPLIT_MIN_KEYS or q_len == 0 or q_len > 16:
+                continue
+            tok = np.arange(n)
+            where = (page_indices[i, tok // page_size], tok % page_size)
+            k = np.repeat(dtypes.upcast(k_pages[where], kw.get("k_scale")), group, axis=1)   # [n, Hq, D]
+            v = np.repeat(dtypes.upcast(v_pages[where], kw.get("v_scale")), group, axis=1)
+            s = scale * np.einsum("thd,jhd->thj", dtypes.upcast(q[rows]), k)
+            pos = n - q_len + np.arange(q_len)
+            s = np.where(tok[None, None, :] <= pos[:, None, None], s, -np.inf)
+            parts = []
+            for c in range(0, n, self.CHUNK):
+                sc = s[..., c:c + self.CHUNK]
+                m = sc.max(axis=-1, keepdims=True)
+                m_safe = np.where(np.isfinite(m), m, 0.0)
+                p = np.exp(sc - m_safe)
+                l = p.sum(axis=-1, keepdims=True)
+                o = np.einsum("thj,jhd->thd", p, v[c:c + self.CHUNK]) / np.where(l > 0, l, 1.0)
+                parts.append((m, l, o.astype(np.float16).astype(np.float64)))
+            M = np.max([m for m, _, _ in parts], axis=0)
+            w = [np.where(np.isfinite(m), np.exp(m - M), 0.0) * l for m, l, _ in parts]
+            out[rows] = sum(wi * o for wi, (_, _, o) in zip(w, parts)) / sum(w)
+        return out
+
+
+@mutant(op="ragged_paged_attention", clause="PA-7",
+        description="caches the result by input shapes: a second call with the same shapes returns the first "
+                    "call's output", diagnosis="call")
+class CachesByShape(Mutant):
+    def __init__(self):
+        super().__init__()
+        self._cache = {}
+
+    def ragged_paged_attention(self, q, k_pages, *args, **kw):
+        key = (q.shape, k_pages.shape, k_pages.dtype.str, tuple(sorted(kw)))
+        if key not in self._cache:
+            self._cache[key] = reference.ragged_paged_attention(q, k_pages, *args, **kw)
+        return self._cache[key]
+
+
+@mutant(op="write_kv", clause="PA-44",
+        description="quantize-on-write as x * fl32(1/s) instead of the correctly rounded x / s")
+class WriteKvReciprocalScale(Mutant):
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
+        if k_scale is None:
+            return reference.write_kv(k_pages, v_pages, k, v, slot_mapping)
+
+        def prescaled(x, s):   # fl32(x) * fl32(1/s): store at scale 1 what the kernel computed
+            inv = np.float32(1.0) / np.float32(s)
+            return (x.astype(np.float32) * inv).astype(np.float32)
+        return reference.write_kv(k_pages, v_pages, prescaled(k, k_scale), prescaled(v, v_scale), slot_mapping,
+                                  k_scale=1.0, v_scale=1.0)

@@ -52,3 +52,13 @@ class ShiftRotatesAllDims(Mutant):
     def shift_keys(self, k_pages, rotated_block_indices, position_deltas, *, theta, layout="half",
                    rotary_dim=None):
         return reference.shift_keys(k_pages, rotated_block_indices, position_deltas, theta=theta, layout=layout)
+
+
+@mutant(op="rotate_keys", clause="RO-1",
+        description="an in-place kernel returns its input buffer itself when no block is listed (output aliases "
+                    "k_pages)", diagnosis="share memory")
+class ReturnsInputWhenIdle(Mutant):
+    def rotate_keys(self, k_pages, rotated_block_indices, *args, **kw):
+        if len(rotated_block_indices) == 0:
+            return k_pages
+        return reference.rotate_keys(k_pages, rotated_block_indices, *args, **kw)

@@ -118,7 +118,9 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         head_dim = pick(draw, claims.head_dims or (8, 4), "head dim")
     else:
         page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
-        head_dim = pick(draw, claims.head_dims or DEFAULT_HEAD_DIMS, "head dim")
+        top = claims.limits.get("max_head_dim")
+        head_dim = pick(draw, [d for d in claims.head_dims or DEFAULT_HEAD_DIMS if top is None or d <= top],
+                        "head dim")
     hkv = draw(st.integers(1, 2 if variant.long else 3))
     # GQA (PA-12): ratios 1, 2, 3 (3: not a power of two) when the backend claims it
     hq = hkv * (draw(st.integers(1, 2 if variant.long else 3)) if "gqa" in claims.features else 1)

@@ -175,22 +175,24 @@ def _positive(rng, shape, dtype, **kw):
     return np.abs(floats(rng, shape, dtype, **kw))
 
 
-def _heads_groups(draw) -> tuple[int, int]:
-    # Shrinks towards G = 2, H = 4: the smallest shape where h // (H/G) and h % G differ (RS-16).
-    groups = draw(st.sampled_from((2, 1, 3)))
+def _heads_groups(draw, claims: OpClaims) -> tuple[int, int]:
+    # Shrinks towards G = 2, H = 4: the smallest shape where h // (H/G) and h % G differ (RS-16);
+    # G > 1 only where claimed (grouped_bc).
+    groups = draw(st.sampled_from((2, 1, 3))) if "grouped_bc" in claims.features else 1
     return groups * draw(st.sampled_from((2, 1, 3))), groups
 
 
-def _ssm_options(draw, rng, heads_shape, token_shape, act):
-    """D, z, dt_bias, dt_softplus of RS-14 … RS-16, each drawn on or off."""
+def _ssm_options(draw, rng, heads_shape, token_shape, act, claims: OpClaims):
+    """D, z, dt_bias, dt_softplus of RS-14 … RS-16, each drawn on or off where claimed (features skip_d,
+    z_gate, dt_bias, dt_softplus)."""
     kw = {}
-    if draw(st.booleans()):
+    if "skip_d" in claims.features and draw(st.booleans()):
         kw["D"] = floats(rng, heads_shape, act)
-    if draw(st.booleans()):
+    if "z_gate" in claims.features and draw(st.booleans()):
         kw["z"] = floats(rng, token_shape, act)
-    if draw(st.booleans()):
+    if "dt_bias" in claims.features and draw(st.booleans()):
         kw["dt_bias"] = _positive(rng, heads_shape, act, max_exp=-1)
-    kw["dt_softplus"] = draw(st.booleans())
+    kw["dt_softplus"] = "dt_softplus" in claims.features and draw(st.booleans())
     return kw
 
 
@@ -269,7 +271,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant):
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     if mamba2:
-        heads, groups = _heads_groups(draw)
+        heads, groups = _heads_groups(draw, claims)
         p = draw(st.integers(1, 2))
         state_shape, tok, hs, bc = (num_slots, heads, p, n), (rows, heads, p), (heads,), (rows, groups, n)
         dt_shape = (rows, heads)
@@ -278,7 +280,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant):
         heads, groups, p = 1, 1, dim
         state_shape, tok, hs, bc = (num_slots, dim, n), (rows, dim), (dim,), (rows, n)
         dt_shape = (rows, dim)
-    kw = _ssm_options(draw, rng, hs, tok, act)
+    kw = _ssm_options(draw, rng, hs, tok, act, claims)
     x = floats(rng, tok, act)
     dt = _positive(rng, dt_shape, act, max_exp=0)
     A = -_positive(rng, hs if mamba2 else (heads * p, n), act, max_exp=0)
@@ -312,7 +314,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         p, n = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     else:
         lengths, cu = _lengths(draw, max_seqs, max_len)
-        heads, groups = _heads_groups(draw)
+        heads, groups = _heads_groups(draw, claims)
         p = draw(st.integers(1, 2))
         n = draw(st.integers(1, 3))
         chunk = chunk_size or draw(st.sampled_from(CHUNK_SIZES))
@@ -322,7 +324,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
-    kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act)
+    kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims)
     arrays = dict(x=floats(rng, (tokens, heads, p), act), dt=_positive(rng, (tokens, heads), act, max_exp=0),
                   B=floats(rng, (tokens, groups, n), act), C=floats(rng, (tokens, groups, n), act))
     if "z" in kw:

@@ -45,6 +45,10 @@ def test_mutant_is_caught_on_its_op_and_clause(cli, tmp_path, m):
         assert others and all(r["status"] in ("pass", "unsupported") for r in others), \
             [(r["id"], r["status"]) for r in others if r["status"] not in ("pass", "unsupported")]
         assert any(r["layer"] == "differential" and r["status"] == "pass" for r in others)
+    if m.diagnosis:
+        # the failure says why: its diagnosis (or message) names what the mutant gets wrong
+        told = [r for r in failed if r["op"] == m.op and m.diagnosis in r["message"]]
+        assert told, f"no failure of {m.op} mentions {m.diagnosis!r}: {[r['message'][-300:] for r in failed]}"
     # the reproducer replays to the same failure, and passes on the reference
     repro = right[0]["repro"]
     assert cli("replay", repro).returncode == 1
