@@ -49,7 +49,11 @@ def write_reproducer(out_dir, nodeid: str, failure: dict, record: dict) -> Path:
         "features": record.get("features"),
         "fields": failure.get("fields", []),
         "message": failure.get("message", ""),
+        "diagnosis": failure.get("diagnosis"),
+        "before": [f"before-{i}" for i in range(len(failure.get("before", [])))],
     }
+    for i, earlier in enumerate(failure.get("before", [])):   # call history the failure depends on
+        case_io.save(earlier, directory / f"before-{i}")
     case_io.save(failure["case"], directory, extra)
     (directory / "repro.py").write_text(_SCRIPT.format(backend=record.get("backend_spec")))
     return directory

@@ -236,8 +236,11 @@ def cmd_replay(args) -> int:
         expected = getattr(reference, case.op)(**case.inputs)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"corrupted reproducer: the reference rejects its inputs: {exc}") from None
+    before = _history(Path(args.directory), meta)
     try:
-        actual, _ = worker.call(case.op, case.inputs)
+        for earlier in before:   # a call-history failure: the calls that came first, in order
+            worker.call(earlier.op, earlier.inputs)
+        actual, mutated = worker.call(case.op, case.inputs)
     except BackendCrash as exc:
         print(f"  CRASH: {exc}")
         return 1
@@ -246,6 +249,11 @@ def cmd_replay(args) -> int:
         return 1
     finally:
         worker.stop()
+    if before:
+        print(f"  after {len(before)} earlier call(s) recorded with the failure (call history)")
+    if mutated:
+        print(f"  FAIL: the backend modified or aliased its inputs: {'; '.join(mutated)}")
+        return 1
     results = compare_outputs(case, expected, actual)
     for res in results:
         status = "ok  " if res.ok else "FAIL"
@@ -255,6 +263,18 @@ def cmd_replay(args) -> int:
         if not res.ok:
             print(f"       {res.summary()}")
     return 0 if all(r.ok for r in results) else 1
+
+
+def _history(directory: Path, meta: dict) -> list:
+    """The cases called before the failing one (case.json "before": their sub-directories, in order)."""
+    from . import case as case_io
+    cases = []
+    for name in meta.get("before") or []:
+        try:
+            cases.append(case_io.load(directory / name)[0])
+        except case_io.CorruptReproducer as exc:
+            raise UsageError(f"corrupted reproducer: {exc}") from None
+    return cases
 
 
 def _replay_rejection(case, worker) -> int:

@@ -130,6 +130,7 @@ class Harness:
         self.failure: dict | None = None
         self.last_case: Case | None = None
         self._check_kind: tuple | None = None   # how the last compared case was judged (for the diagnosis)
+        self._before: list[Case] = []           # calls a failure depends on (call history), replayed first
         self.started = time.monotonic()
 
     # --- claims -------------------------------------------------------------------------------
@@ -262,15 +263,20 @@ class Harness:
         """
         first = self.call(case)
         expected_other = self.reference(other)
-        between = self.call(other)
-        self._check_kind = ("history", other)
-        self.expect(other, between, expected_other,
-                    what="reference for a case of the same shapes as the previous call (a result that depends "
-                         "on call history: cached by shape or address?)")
-        again = self.call(case)
-        self._check_kind = ("history", case)
-        self.expect(case, again, first, what="result of the identical earlier call (results must not depend on "
-                                             "call history)")
+        self._before = [case]
+        try:
+            between = self.call(other)
+            self._check_kind = ("history", other)
+            self.expect(other, between, expected_other,
+                        what="reference for a case of the same shapes as the previous call (a result that "
+                             "depends on call history: cached by shape or address?)")
+            self._before = [case, other]
+            again = self.call(case)
+            self._check_kind = ("history", case)
+            self.expect(case, again, first, what="result of the identical earlier call (results must not depend "
+                                                 "on call history)")
+        finally:
+            self._before = []
 
     # --- diagnosis ------------------------------------------------------------------------------
     def _attach_diagnosis(self, exc: BaseException) -> None:
@@ -363,7 +369,7 @@ class Harness:
         lines.append(f"  replay: kvconform replay {self.repro_dir()} --backend {self.backend_spec}")
         message = "\n".join(lines)
         self.failure = {"case": case, "message": message, "fields": [r.to_json() for r in fields],
-                        "traceback": traceback}
+                        "traceback": traceback, "before": list(self._before)}
         raise ConformanceFailure(message)
 
     def repro_dir(self):

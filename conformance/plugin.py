@@ -202,6 +202,8 @@ def pytest_runtest_makereport(item, call):
     if status in ("fail", "crash", "xfail") and failure is not None and state.out is not None:
         record["counterexample"] = failure["case"].shape_summary()
         record["fields"] = failure.get("fields", [])
+        if failure.get("diagnosis"):
+            record["diagnosis"] = failure["diagnosis"]
         try:
             record["repro"] = str(artifacts.write_reproducer(state.out, item.nodeid, failure, record))
         except OSError as exc:

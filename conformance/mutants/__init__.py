@@ -25,6 +25,7 @@ class MutantInfo:
     max_size: int = 8  # the largest counterexample (tokens + sequences + heads) shrinking may leave
     only_caught_by: str = ""   # if set: the op's tests whose id lacks it must all pass (e.g. "long")
     diagnosis: str = ""        # if set: text some failure of the op must show (its diagnosis or message)
+    replay_from: str = ""      # if set: replay the reproducer of the failing test whose id contains it
 
 
 _REGISTRY: dict[str, MutantInfo] = {}
@@ -38,10 +39,11 @@ class Mutant(NumpyBackend):
 
 
 def mutant(*, op: str, clause: str, description: str, max_size: int = 8, only_caught_by: str = "",
-           diagnosis: str = ""):
+           diagnosis: str = "", replay_from: str = ""):
     def register(cls):
         spec = f"{cls.__module__}:{cls.__name__}"
-        _REGISTRY[spec] = MutantInfo(spec, op, clause, description, max_size, only_caught_by, diagnosis)
+        _REGISTRY[spec] = MutantInfo(spec, op, clause, description, max_size, only_caught_by, diagnosis,
+                                     replay_from)
         cls.mutant_info = _REGISTRY[spec]
         return cls
     return register

@@ -186,7 +186,7 @@ class SplitKvHalfPartials(Mutant):
 
 @mutant(op="ragged_paged_attention", clause="PA-7",
         description="caches the result by input shapes: a second call with the same shapes returns the first "
-                    "call's output", diagnosis="call")
+                    "call's output", diagnosis="call", replay_from="call_history")
 class CachesByShape(Mutant):
     def __init__(self):
         super().__init__()
