@@ -57,7 +57,7 @@ RWKV_LONG_MAX = 70                            # crosses a 64-token window
 RWKV_LONG_EDGES = (9, 17, 8, 16, 64)          # smaller windows' edges; 65 … 70 drawn on their own
 LONG_REST_MAX = 20                            # the other sequences of a long case
 LONG_BUDGET = 0.4                             # share of the profile's examples for a long column
-U_ACC = 2.0 ** -24                            # NU-3: accumulation in float32 or wider
+U_ACC = tolerance.U_ACC                       # NU-3: accumulation in float32 or wider
 C_R = 2.0                                     # NU-6: c_R
 
 

@@ -208,21 +208,21 @@ POISON_VARIANTS = tuple(v for v in pa.ATTENTION_VARIANTS if v.name in ("base", "
                                                                         "return_scores"))
 
 
-@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-5", "PA-24", "PA-25"))
+@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-5", "PA-24", "PA-25", "NU-11"))
 @pytest.mark.parametrize("variant", POISON_VARIANTS, ids=str)
 def test_attention_poison(kvc, variant):
     claims = kvc.claims(features=variant.features)
     kvc.for_all(pa.attention_cases(claims, variant), kvc.check_poison, budget=0.4)
 
 
-@conformance_test(op="write_kv", layer="property", clauses=("PA-41", "PA-45"))
+@conformance_test(op="write_kv", layer="property", clauses=("PA-41", "PA-45", "NU-11"))
 @pytest.mark.parametrize("variant", pa.WRITE_VARIANTS, ids=str)
 def test_write_kv_poison(kvc, variant):
     claims = kvc.claims(features=variant.features)
     kvc.for_all(pa.write_kv_cases(claims, variant), kvc.check_poison, budget=0.4)
 
 
-@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-7", "PA-14"))
+@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-7", "PA-14", "NU-12"))
 def test_attention_call_history(kvc):
     claims = kvc.claims()
     kvc.for_all(st.tuples(pa.attention_cases(claims, pa.ATTENTION_VARIANTS[0]), st.integers(0, 2**32 - 1)),
@@ -230,7 +230,7 @@ def test_attention_call_history(kvc):
                                                              c[1])), budget=0.2)
 
 
-@conformance_test(op="write_kv", layer="property", clauses=("PA-43", "PA-45"))
+@conformance_test(op="write_kv", layer="property", clauses=("PA-43", "PA-45", "NU-12"))
 def test_write_kv_call_history(kvc):
     claims = kvc.claims()
     kvc.for_all(st.tuples(pa.write_kv_cases(claims, pa.WRITE_VARIANTS[0]), st.integers(0, 2**32 - 1)),

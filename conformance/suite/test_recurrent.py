@@ -80,7 +80,7 @@ def _poison_variants(op):
 
 
 def _poison_test(op, clauses):
-    @conformance_test(op=op, layer="property", clauses=clauses)
+    @conformance_test(op=op, layer="property", clauses=clauses + ("NU-11",))
     @pytest.mark.parametrize("variant", _poison_variants(op), ids=str)
     def test(kvc, variant):
         claims = kvc.claims(features=variant.features)
@@ -89,7 +89,7 @@ def _poison_test(op, clauses):
 
 
 def _history_test(op):
-    @conformance_test(op=op, layer="property", clauses=("RS-1", "RS-8"))
+    @conformance_test(op=op, layer="property", clauses=("RS-1", "RS-8", "NU-12"))
     def test(kvc):
         variant = rs.VARIANTS[op][0]
         claims = kvc.claims(features=variant.features)

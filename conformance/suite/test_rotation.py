@@ -164,26 +164,26 @@ def test_shift_keys_differential(kvc, variant):
 
 # --- poison and anti-gaming properties ------------------------------------------------------------
 
-@conformance_test(op="rotate_keys", layer="property", clauses=("RO-1",))
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-1", "NU-11"))
 def test_rotate_keys_poison(kvc):
     claims = kvc.claims(features=ro.ROTATE_VARIANTS[0].features)
     kvc.for_all(ro.rotate_keys_cases(claims, ro.ROTATE_VARIANTS[0]), kvc.check_poison, budget=0.4)
 
 
-@conformance_test(op="shift_keys", layer="property", clauses=("RO-1",))
+@conformance_test(op="shift_keys", layer="property", clauses=("RO-1", "NU-11"))
 def test_shift_keys_poison(kvc):
     claims = kvc.claims(features=ro.SHIFT_VARIANTS[0].features)
     kvc.for_all(ro.shift_keys_cases(claims, ro.SHIFT_VARIANTS[0]), kvc.check_poison, budget=0.4)
 
 
-@conformance_test(op="rotate_keys", layer="property", clauses=("RO-5", "RO-9"))
+@conformance_test(op="rotate_keys", layer="property", clauses=("RO-5", "RO-9", "NU-12"))
 def test_rotate_keys_call_history(kvc):
     claims = kvc.claims(features=ro.ROTATE_VARIANTS[0].features)
     kvc.for_all(st.tuples(ro.rotate_keys_cases(claims, ro.ROTATE_VARIANTS[0]), st.integers(0, 2**32 - 1)),
                 lambda c: kvc.check_history(c[0], reseeded(c[0], ("k_pages",), c[1])), budget=0.2)
 
 
-@conformance_test(op="shift_keys", layer="property", clauses=("RO-5", "RO-10"))
+@conformance_test(op="shift_keys", layer="property", clauses=("RO-5", "RO-10", "NU-12"))
 def test_shift_keys_call_history(kvc):
     claims = kvc.claims(features=ro.SHIFT_VARIANTS[0].features)
     kvc.for_all(st.tuples(ro.shift_keys_cases(claims, ro.SHIFT_VARIANTS[0]), st.integers(0, 2**32 - 1)),

@@ -99,3 +99,18 @@ def make_wrong_family():
 
 def make_own_error_class():
     return OwnErrorClass()
+
+
+class MisspelledFeature(_OnlyWriteKv):
+    """Claims a feature name with a typo: the run must fail naming the close match, never turn the column
+    `unsupported` with exit 0."""
+    name = "misspelled"
+
+    def capabilities(self):
+        claims = super().capabilities()["write_kv"]
+        import dataclasses
+        return {"write_kv": dataclasses.replace(claims, features=("quantised_kv",))}
+
+
+def make_misspelled():
+    return MisspelledFeature()
