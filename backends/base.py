@@ -52,10 +52,18 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "rotate_keys": ("half", "interleaved"),
     "shift_keys": ("half", "interleaved"),
 }
-#: `OpClaims.limits` keys the strategies read
+#: `OpClaims.limits` keys the strategies read (constraint claims, conformance/strategies/constraints.py)
+_KV_SHAPE = ("num_kv_heads", "head_dim", "page_size", "max_pages")
 LIMITS: dict[str, tuple[str, ...]] = {
-    "ragged_paged_attention": ("split_kv_min_keys", "max_head_dim"),
-    "causal_conv1d_update": ("min_width",),
+    "ragged_paged_attention": ("split_kv_min_keys", "max_head_dim", "q_len", "num_q_heads", "group_size",
+                               "max_kv_len", "max_num_seqs", "dtype_pairs") + _KV_SHAPE,
+    "write_kv": _KV_SHAPE + ("dtype_pairs",),
+    "rotate_keys": _KV_SHAPE,
+    "shift_keys": _KV_SHAPE,
+    "causal_conv1d_update": ("min_width", "max_num_seqs"),
+    "selective_state_update": ("max_num_seqs",),
+    "ssd_chunked_scan": ("max_num_seqs",),
+    "rwkv6_wkv": ("max_num_seqs",),
 }
 
 
@@ -99,7 +107,10 @@ class OpClaims:
     layouts:    layout variants ("half", "interleaved", "separate", "combined", "flat", ...)
     features:   optional features ("sliding_window", "soft_cap", "sinks", "quantized_kv",
                 "return_scores", "per_token_deltas", "per_block_deltas", "state_indices", ...)
-    limits:     any other numeric limits, e.g. {"max_head_dim": 256, "max_num_seqs": 64}
+    limits:     constraint claims, registered per op in LIMITS and honoured by every draw
+                (conformance/strategies/constraints.py): e.g. {"q_len": {"values": [1]}} (decode-only),
+                {"num_kv_heads": {"values": [1, 2, 4]}}, {"head_dim": {"multiple_of": 128}},
+                {"max_num_seqs": 64}, {"dtype_pairs": [["bfloat16", "bfloat16"], ["bfloat16", "int8"]]}
     """
     dtypes: tuple[str, ...] = ()
     kv_dtypes: tuple[str, ...] = ()

@@ -158,14 +158,28 @@ class Harness:
         return OpClaims(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items()})
 
     def require(self, claims: OpClaims, **space) -> None:
-        """Skip as `unsupported` unless every given dimension (dtype, kv_dtype, page_size, head_dim)
-        lies within `claims` (None claims = any value)."""
+        """Skip as `unsupported` unless every given dimension lies within `claims`: dtype, kv_dtype,
+        page_size, head_dim (the claimed sets, None = any) and any constraint claim of
+        strategies/constraints.py (q_len, num_q_heads, num_kv_heads, group_size, max_kv_len, ...; a list
+        value must satisfy it element by element)."""
+        from .strategies.constraints import admits
         fields = {"dtype": claims.dtypes, "kv_dtype": claims.kv_dtypes, "page_size": claims.page_sizes,
                   "head_dim": claims.head_dims}
         for key, value in space.items():
-            allowed = fields[key]
-            if allowed is not None and value not in allowed and not self.unclaimed:
+            if self.unclaimed:
+                return
+            allowed = fields.get(key)
+            if allowed is not None and value not in allowed:
                 pytest.skip(f"unsupported: {self.backend_name} does not claim {key}={value}")
+            limit_name = {"kv_len": "max_kv_len", "num_seqs": "max_num_seqs", "num_pages": "max_pages"}.get(key, key)
+            constraint = claims.limits.get(limit_name)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if constraint is not None and isinstance(values[0], int) and not all(admits(constraint, v) for v in values):
+                pytest.skip(f"unsupported: {key}={value} is outside the claimed limit {limit_name}={constraint!r}")
+        pairs = claims.limits.get("dtype_pairs")
+        if pairs is not None and "dtype" in space and "kv_dtype" in space and not self.unclaimed:
+            if [space["dtype"], space["kv_dtype"]] not in [list(p) for p in pairs]:
+                pytest.skip(f"unsupported: ({space['dtype']}, {space['kv_dtype']}) is not a claimed dtype pair")
 
     def cite(self, *clauses: str) -> None:
         """Narrow the clauses of this test item (e.g. one golden case among several)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
@@ -22,6 +23,7 @@ from kvconform.reference import dtypes
 from .. import tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened, without
+from . import constraints
 from .values import floats, pick, quantization_ties, seeds
 
 Q_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -84,20 +86,40 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _long_lengths(draw, claims: OpClaims, num_seqs: int, page_size: int):
+def _long_lengths(draw, claims: OpClaims, num_seqs: int, page_size: int, q_len_options, max_kv: int):
     """(q_lens, kv_lens) of the long column: decode rows and short prefills over hundreds of keys,
     on both sides of the backend's split-KV threshold when it documents one."""
     split = claims.limits.get("split_kv_min_keys")
     keys = LONG_KEYS if not split else (int(split), int(split) - 1, int(split) + page_size + 1,
                                         2 * int(split) + 3)
+    keys = tuple(k for k in keys if k <= max_kv) or (max_kv,)
+    first = tuple(q for q in (1, 17, 2) if constraints.admits(claims.limits.get("q_len"), q)) or q_len_options
+    rest = tuple(q for q in (1, 0, 2, 17) if constraints.admits(claims.limits.get("q_len"), q)) or q_len_options
     q_lens, kv_lens = [], []
     for i in range(num_seqs):
-        q_len = draw(st.sampled_from((1, 0, 2, 17))) if i else draw(st.sampled_from((1, 17, 2)))
-        kv = draw(st.one_of(st.sampled_from(keys), st.integers(64, LONG_MAX_KEYS))) if i == 0 else \
-            draw(st.integers(q_len, 80))
+        q_len = draw(st.sampled_from(rest if i else first))
+        kv = draw(st.one_of(st.sampled_from(keys), st.integers(min(64, max_kv), min(LONG_MAX_KEYS, max_kv)))) \
+            if i == 0 else draw(st.integers(min(q_len, max_kv), min(80, max_kv)))
+        assume(q_len <= max_kv)
         q_lens.append(q_len)
         kv_lens.append(max(kv, q_len))
     return q_lens, kv_lens
+
+
+#: query heads per KV head (PA-12): non-powers of two (3, 6: Qwen's 12/2) and Llama's 32/8 = 4, up to 8
+GROUP_SIZES = (1, 2, 3, 4, 6, 8)
+
+
+def _head_counts(claims: OpClaims, variant: Variant) -> tuple[tuple[int, int], ...]:
+    """(Hkv, group) pairs within the head-count claims: Hkv 1..3 (Hkv = 1: one KV head for all), groups
+    of GROUP_SIZES where `gqa` is claimed (else 1), Hq = Hkv * group within num_q_heads."""
+    hkvs = constraints.allowed(claims, "num_kv_heads", range(1, 3 if variant.long else 4), "KV head count")
+    groups = GROUP_SIZES[:3] if variant.long else GROUP_SIZES
+    groups = constraints.allowed(claims, "group_size", groups if "gqa" in claims.features else (1,), "group size")
+    pairs = tuple((h, g) for h in hkvs for g in groups if constraints.admits(claims.limits.get("num_q_heads"), h * g))
+    if not pairs:
+        pytest.skip(f"unsupported: no (Hkv, group) within the claimed head-count limits {dict(claims.limits)}")
+    return pairs
 
 
 @st.composite
@@ -109,34 +131,38 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     finite values there. Regions: q_padding, k_tail, v_tail, unused_pages, hidden_kv (keys no row of
     the call can see), table_tail (page-table entries past the used pages), spare_metadata (rows of
     sequences >= num_seqs)."""
-    q_dtype = pick(draw, _claimed(Q_DTYPES, claims.dtypes, "q dtype", variant), "q dtype")
     kv_pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
-    kv_dtype = pick(draw, _claimed(kv_pool, claims.kv_dtypes, "KV dtype", variant), "KV dtype")
+    q_dtype, kv_dtype = pick(draw, constraints.dtype_pairs(claims, Q_DTYPES, kv_pool, f"variant {variant.name}"),
+                             "(q, KV) dtypes")
+    top = claims.limits.get("max_head_dim")
     if variant.long:
         sizes = tuple(p for p in (claims.page_sizes or (16, 8)) if p >= 4) or tuple(claims.page_sizes)
-        page_size = pick(draw, sizes, "page size")
-        head_dim = pick(draw, claims.head_dims or (8, 4), "head dim")
+        head_dims = claims.head_dims or (8, 4)
     else:
-        page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
-        top = claims.limits.get("max_head_dim")
-        head_dim = pick(draw, [d for d in claims.head_dims or DEFAULT_HEAD_DIMS if top is None or d <= top],
-                        "head dim")
-    hkv = draw(st.integers(1, 2 if variant.long else 3))
-    # GQA (PA-12): ratios 1, 2, 3 (3: not a power of two) when the backend claims it
-    hq = hkv * (draw(st.integers(1, 2 if variant.long else 3)) if "gqa" in claims.features else 1)
+        sizes = claims.page_sizes or DEFAULT_PAGE_SIZES
+        head_dims = claims.head_dims or DEFAULT_HEAD_DIMS
+    page_size = pick(draw, constraints.allowed(claims, "page_size", sizes), "page size")
+    head_dim = pick(draw, constraints.allowed(claims, "head_dim", [d for d in head_dims if top is None or d <= top]),
+                    "head dim")
+    hkv, group = pick(draw, _head_counts(claims, variant), "(Hkv, group)")
+    hq = hkv * group
 
     # Ragged batch (PA-4, PA-5): empty, decode (q_len 1) and prefill (no context) sequences all occur.
-    num_seqs = draw(st.integers(1, 2 if variant.long else max_seqs))
+    num_seqs = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if variant.long else max_seqs)))
     spare_rows = draw(st.integers(0, 1))       # kv_lens / page_indices rows past num_seqs
+    max_kv = constraints.upper(claims, "max_kv_len", 1 << 30)
+    q_len_options = constraints.allowed(claims, "q_len", range(0, max_q_len + 1), "query rows per sequence")
     if variant.long:
-        q_lens, kv_lens = _long_lengths(draw, claims, num_seqs, page_size)
+        q_lens, kv_lens = _long_lengths(draw, claims, num_seqs, page_size, q_len_options, max_kv)
     else:
-        q_lens = [draw(st.integers(0, max_q_len)) for _ in range(num_seqs)]
-        kv_lens = [q + draw(st.integers(0, max_context)) for q in q_lens]
+        q_lens = [draw(st.sampled_from(q_len_options)) for _ in range(num_seqs)]
+        assume(max(q_lens) <= max_kv)
+        kv_lens = [q + draw(st.integers(0, max(0, min(max_context, max_kv - q)))) for q in q_lens]
     used = [_cdiv(n, page_size) for n in kv_lens]
     pages_per_seq = max(used + [1]) + draw(st.integers(0, 1))
     spare_pages = draw(st.integers(1, 2))
     num_pages = sum(used) + spare_pages
+    assume(num_pages <= constraints.upper(claims, "max_pages", num_pages))
     physical = draw(st.permutations(range(num_pages)))   # shuffled page table (PA-10)
     pad_rows = draw(st.integers(0, 2))
 
@@ -236,13 +262,15 @@ def attention_poison_regions(x: dict, used: list[int], unused_pages) -> tuple[Po
 @st.composite
 def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int = 6):
     """A valid `write_kv` call: distinct slots, some skipped (-1), pools holding poison that must stay."""
-    x_dtype = pick(draw, _claimed(Q_DTYPES, claims.dtypes, "k/v dtype", variant), "k/v dtype")
     pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
-    kv_dtype = pick(draw, _claimed(pool, claims.kv_dtypes, "KV dtype", variant), "KV dtype")
-    page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
-    head_dim = pick(draw, claims.head_dims or DEFAULT_HEAD_DIMS, "head dim")
-    hkv = draw(st.integers(1, 3))
-    num_pages = draw(st.integers(1, 3))
+    x_dtype, kv_dtype = pick(draw, constraints.dtype_pairs(claims, Q_DTYPES, pool, f"variant {variant.name}"),
+                             "(k/v, KV) dtypes")
+    page_size = pick(draw, constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES),
+                     "page size")
+    head_dim = pick(draw, constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS),
+                    "head dim")
+    hkv = pick(draw, constraints.allowed(claims, "num_kv_heads", range(1, 4), "KV head count"), "Hkv")
+    num_pages = draw(st.integers(1, constraints.upper(claims, "max_pages", 3)))
     capacity = num_pages * page_size
     n = draw(st.integers(0, min(max_tokens, capacity + 2)))
     slots = draw(st.lists(st.integers(0, capacity - 1), min_size=0, max_size=min(n, capacity), unique=True))

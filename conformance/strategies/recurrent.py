@@ -45,6 +45,7 @@ from kvconform.reference.recurrent.selective_state import effective_dt
 from .. import tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened, without
+from . import constraints
 from .values import floats, pick, seeds
 
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -233,7 +234,7 @@ def _padding_tokens(arrays: dict, cu, idx, names) -> list[PoisonRegion]:
 def conv_cases(draw, claims: OpClaims, variant: Variant):
     """A `causal_conv1d_update` call (RS-10 … RS-12) within `claims`."""
     act, pool_dtype = _dtypes(draw, claims, variant)
-    rows = draw(st.integers(1, 3))
+    rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 3)))
     channels = draw(st.integers(1, 3))
     width = draw(st.integers(max(1, int(claims.limits.get("min_width", 1))), 4))
     steps = draw(st.integers(1, 3)) if "multi_token" in variant.features else None
@@ -265,7 +266,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant):
     act, pool_dtype = _dtypes(draw, claims, variant)
     mamba2 = "mamba2" in variant.features or (
         variant.features and "mamba2" in claims.features and draw(st.booleans()))
-    rows = draw(st.integers(1, 3))
+    rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 3)))
     n = draw(st.integers(1, 3))
     idx, num_slots = _slots(draw, rows, variant)
     seed = draw(seeds)
@@ -301,6 +302,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
               chunk_size: int | None = None):
     """An `ssd_chunked_scan` call (RS-17 … RS-19): varlen with empty sequences, chunk sizes 1 … 64."""
     act, pool_dtype = _dtypes(draw, claims, variant)
+    max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     if variant.long:
         # The hint first, so that the first length may be a multiple of it ("T == chunk_size").
         chunk = chunk_size or draw(st.sampled_from(LONG_CHUNK_SIZES))
@@ -350,6 +352,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
 def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4):
     """A `rwkv6_wkv` call (RS-20): varlen with empty sequences, w in (0, 1)."""
     act, pool_dtype = _dtypes(draw, claims, variant)
+    max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     if variant.long:
         # A third of the first sequences cross the 64-token window; shrinks towards 9 tokens.
         lengths, cu = _lengths(draw, min(max_seqs, 2), RWKV_LONG_MAX,

@@ -25,6 +25,7 @@ from kvconform.reference import dtypes
 from .. import tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened
+from . import constraints
 from .values import floats, pick, seeds
 
 CACHE_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -73,8 +74,9 @@ def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 
     """Shared part of both ops: pool shape, dims, listed pages (shuffled), the pool with poison."""
     kv_dtype = pick(draw, _claimed(CACHE_DTYPES, claims.kv_dtypes, "cache dtype", variant), "cache dtype")
     layout = pick(draw, _claimed(LAYOUTS, claims.layouts, "pair layout", variant), "layout")
-    page_size = pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
-    head_dims = claims.head_dims or DEFAULT_HEAD_DIMS
+    page_size = pick(draw, constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES),
+                     "page size")
+    head_dims = constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS)
     if variant.partial:
         head_dims = tuple(d for d in head_dims if d >= 4)
         if not head_dims:
@@ -84,10 +86,10 @@ def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 
         rotary_dim = 2 * draw(st.integers(1, head_dim // 2 - 1))
     else:
         rotary_dim = draw(st.sampled_from((None, head_dim)))   # RO-2: the default is D
-    hkv = draw(st.integers(1, 2))
-    n = draw(st.integers(1, max_pages - 1)) if draw(st.integers(0, 9)) else 0   # n = 0 is allowed (RO-8)
-    num_pages = n + draw(st.integers(0, 2))
-    num_pages = max(num_pages, 1)
+    hkv = pick(draw, constraints.allowed(claims, "num_kv_heads", (1, 2), "KV head count"), "Hkv")
+    max_pages = constraints.upper(claims, "max_pages", max_pages)
+    n = draw(st.integers(1, max(1, max_pages - 1))) if draw(st.integers(0, 9)) else 0   # n = 0 is allowed (RO-8)
+    num_pages = max(min(n + draw(st.integers(0, 2)), max_pages), n, 1)
     order = draw(st.permutations(range(num_pages)))
     idx = np.asarray(order[:n], dtype=np.int32)
     seed = draw(seeds)

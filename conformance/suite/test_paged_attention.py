@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
+from kvconform.conformance.strategies import constraints
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import paged_attention as pa_bad
 from kvconform.conformance.strategies.values import reseeded
@@ -105,6 +106,32 @@ def golden_fp8_scale():
     return case, [[[3.0, -3.0]]]
 
 
+#: goldens are restated in each of these dtypes where their values are exact (q and float KV pages)
+GOLDEN_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def restated(case: Case, dtype: str) -> Case:
+    """The golden `case` with q and float K/V pages in `dtype`; skips (unsupported) when a value would
+    round, since a hand-worked value only holds for exact inputs."""
+    if dtype == "float32":
+        return case
+    dt = np.dtype(getattr(ml_dtypes, dtype)) if dtype == "bfloat16" else np.dtype(dtype)
+    inputs = dict(case.inputs)
+    params = dict(case.params, dtype=dtype)
+    for name in ("q", "k_pages", "v_pages"):
+        arr = inputs[name]
+        if name != "q" and arr.dtype != np.float32:
+            continue   # quantized pages stay as stored
+        cast = arr.astype(dt)
+        same = np.asarray(cast, np.float64) == np.asarray(arr, np.float64)
+        if not np.all(same | np.isnan(np.asarray(arr, np.float64))):
+            pytest.skip(f"unsupported: this golden's {name} values are not exact in {dtype}")
+        inputs[name] = cast
+        if name != "q":
+            params["kv_dtype"] = dtype
+    return Case(case.op, inputs, params, case.seed)
+
+
 ATTENTION_GOLDENS = {
     "decode_two_keys": (golden_decode_two_keys, ("PA-7", "PA-14", "PA-25"), ()),
     "prefill_causal": (golden_prefill_causal, ("PA-6", "PA-7"), ()),
@@ -118,14 +145,19 @@ ATTENTION_GOLDENS = {
 
 @conformance_test(op="ragged_paged_attention", layer="golden",
                   clauses=sorted({c for _, cl, _ in ATTENTION_GOLDENS.values() for c in cl} | {"PA-24"}))
+@pytest.mark.parametrize("dtype", GOLDEN_DTYPES)
 @pytest.mark.parametrize("name", sorted(ATTENTION_GOLDENS))
-def test_attention_golden(kvc, name):
+def test_attention_golden(kvc, name, dtype):
     build, clauses, features = ATTENTION_GOLDENS[name]
     kvc.cite(*clauses, "PA-24")
     claims = kvc.claims(features=features)
     case, rows = build()
-    kvc.require(claims, dtype="float32", kv_dtype=case.params["kv_dtype"],
-                page_size=case.inputs["k_pages"].shape[1], head_dim=case.inputs["q"].shape[2])
+    case = restated(case, dtype)
+    x = case.inputs
+    kvc.require(claims, dtype=case.params["dtype"], kv_dtype=case.params["kv_dtype"],
+                page_size=x["k_pages"].shape[1], head_dim=x["q"].shape[2], num_kv_heads=x["k_pages"].shape[2],
+                num_q_heads=x["q"].shape[1], group_size=x["q"].shape[1] // x["k_pages"].shape[2],
+                q_len=[len(rows)], kv_len=[int(x["kv_lens"][0])], num_seqs=1, num_pages=x["k_pages"].shape[0])
     expected = np.zeros(case.inputs["q"].shape)
     expected[:len(rows)] = rows
     actual = kvc.call(case)
@@ -306,16 +338,30 @@ def test_append_and_attend_state_machine(kvc):
     model does the same on its cache. Pools stay bitwise equal, outputs within tolerance."""
     write_claims = kvc.claims("write_kv")
     att_claims = kvc.claims("ragged_paged_attention")
-    page_size = (write_claims.page_sizes or (2,))[0]
-    head_dim = (write_claims.head_dims or (4,))[0]
-    if att_claims.page_sizes is not None and page_size not in att_claims.page_sizes:
-        pytest.skip("unsupported: no page size claimed by both write_kv and ragged_paged_attention")
+    both = [p for p in constraints.allowed(write_claims, "page_size", write_claims.page_sizes or (2,))
+            if constraints.admits(att_claims.limits.get("page_size"), p)
+            and (att_claims.page_sizes is None or p in att_claims.page_sizes)]
+    dims = [d for d in constraints.allowed(write_claims, "head_dim", write_claims.head_dims or (4,))
+            if constraints.admits(att_claims.limits.get("head_dim"), d)
+            and (att_claims.head_dims is None or d in att_claims.head_dims)]
+    if not both or not dims:
+        pytest.skip("unsupported: no page size and head dim claimed by both write_kv and ragged_paged_attention")
+    page_size, head_dim = both[0], dims[0]
     dtype = next((d for d in ("float32", "float16", "bfloat16") if d in write_claims.kv_dtypes
                   and d in write_claims.dtypes and d in att_claims.dtypes and d in att_claims.kv_dtypes), None)
     if dtype is None:
         pytest.skip("unsupported: no float KV dtype claimed by both write_kv and ragged_paged_attention")
+    heads = [p for p in pa._head_counts(att_claims, pa.ATTENTION_VARIANTS[0])
+             if constraints.admits(write_claims.limits.get("num_kv_heads"), p[0])]
+    if not heads:
+        pytest.skip("unsupported: no KV head count claimed by both write_kv and ragged_paged_attention")
+    hkv, group = next((p for p in heads if p[1] > 1), heads[0])
+    hq = hkv * group
+    steps = constraints.allowed(att_claims, "q_len", (1, 2, 3), "query rows per sequence")
+    steps = tuple(n for n in steps if n > 0) or pytest.skip("unsupported: no positive q_len claimed")
     from kvconform.conformance.strategies.values import floats
-    num_pages, hkv, hq, max_pages = 6, 1, 2, 3
+    num_pages = constraints.upper(write_claims, "max_pages", constraints.upper(att_claims, "max_pages", 6))
+    max_pages = min(3, num_pages)
 
     class AppendAttend(RuleBasedStateMachine):
         @initialize(seed=st.integers(0, 2**32 - 1))
@@ -327,7 +373,7 @@ def test_append_and_attend_state_machine(kvc):
             self.free = list(range(num_pages))
             self.seqs: list[dict] = []
 
-        @rule(n=st.integers(1, 3))
+        @rule(n=st.sampled_from(steps))
         def append(self, n):
             if len(self.seqs) < 2 and self.rng.random() < 0.5 or not self.seqs:
                 self.seqs.append({"pages": [], "len": 0})

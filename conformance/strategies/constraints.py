@@ -1,0 +1,84 @@
+"""Constraint claims: what a real kernel cannot do, stated in `OpClaims.limits`, honoured by every draw.
+
+A kernel library rarely takes every shape: a decode kernel takes one query row per sequence, a kernel
+tiles only some KV-head counts, needs `head_dim % 128 == 0`, a fixed page size, or pairs bfloat16
+activations only with a bfloat16 or fp8 cache. Such limits are claims (`backends/base.py:LIMITS`), and
+every strategy draws inside them, so an outside backend gets no failure for a case its kernel never
+promised to take (and no padding trick in its adapter is needed).
+
+A size constraint is one of
+    3                              an upper bound (max_*: max_kv_len, max_num_seqs, max_pages)
+    {"values": [1, 2, 4]}          a set of allowed values
+    {"multiple_of": 128}           multiples (with an optional "max")
+    {"min": 2, "max": 8}           a range
+
+Names (per op where they make sense; LIMITS lists which op reads which):
+    q_len           query rows of a counted sequence ({"values": [1]}: decode-only; {"max": k}: speculative)
+    num_q_heads     Hq;  num_kv_heads: Hkv;  group_size: Hq // Hkv
+    head_dim        D (with `head_dims` as the plain set);  page_size: likewise with `page_sizes`
+    max_kv_len      keys of one sequence;  max_num_seqs: sequences of a call;  max_pages: pool size
+    dtype_pairs     [[activation dtype, KV/pool dtype], ...]: the pairs a kernel takes together
+"""
+from __future__ import annotations
+
+import pytest
+
+from kvconform.backends.base import OpClaims
+
+
+def admits(constraint, value: int) -> bool:
+    """Does `value` satisfy one size constraint (None: anything)?"""
+    if constraint is None:
+        return True
+    if isinstance(constraint, bool) or not isinstance(constraint, (int, dict)):
+        raise ValueError(f"a size constraint is an int (upper bound) or a dict with values / multiple_of / "
+                         f"min / max, got {constraint!r}")
+    if isinstance(constraint, int):
+        return value <= constraint
+    if "values" in constraint and value not in constraint["values"]:
+        return False
+    if "multiple_of" in constraint and value % int(constraint["multiple_of"]):
+        return False
+    if "min" in constraint and value < int(constraint["min"]):
+        return False
+    return not ("max" in constraint and value > int(constraint["max"]))
+
+
+def allowed(claims: OpClaims, name: str, candidates, what: str = "", *, skip: bool = True) -> tuple[int, ...]:
+    """The candidates a constraint admits, in order, plus the constraint's own values and the smallest
+    multiples it names when none of the candidates qualifies (so a D % 128 == 0 kernel still gets cases).
+    Skips the test as `unsupported` when nothing is left (and `skip`)."""
+    constraint = claims.limits.get(name)
+    chosen = [c for c in candidates if admits(constraint, c)]
+    if not chosen and isinstance(constraint, dict):
+        extra = list(constraint.get("values", ()))
+        if "multiple_of" in constraint:
+            m = int(constraint["multiple_of"])
+            extra += [m, 2 * m]
+        chosen = [c for c in extra if admits(constraint, c)]
+    if not chosen and skip:
+        pytest.skip(f"unsupported: no {what or name} within the claimed limit {name}={constraint!r}")
+    return tuple(dict.fromkeys(chosen))
+
+
+def upper(claims: OpClaims, name: str, default: int) -> int:
+    """min(default, the claimed upper bound of `name`)."""
+    constraint = claims.limits.get(name)
+    if constraint is None:
+        return default
+    bound = constraint if isinstance(constraint, int) else constraint.get("max", default)
+    return min(default, int(bound))
+
+
+def dtype_pairs(claims: OpClaims, acts, kvs, what: str) -> list[tuple[str, str]]:
+    """(activation, KV) dtype pairs within the claims, the `dtype_pairs` limit included."""
+    pairs = [(a, k) for a in acts if a in (claims.dtypes or ()) for k in kvs if k in (claims.kv_dtypes or ())]
+    limit = claims.limits.get("dtype_pairs")
+    if limit is not None:
+        ok = {tuple(p) for p in limit}
+        pairs = [p for p in pairs if p in ok]
+    if not pairs:
+        pytest.skip(f"unsupported: no claimed (activation, KV) dtype pair for {what} "
+                    f"(dtypes {list(claims.dtypes or ())}, kv_dtypes {list(claims.kv_dtypes or ())}, "
+                    f"dtype_pairs {limit!r})")
+    return pairs

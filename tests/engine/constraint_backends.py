@@ -1,0 +1,56 @@
+"""Fake kernels with real kernels' limits, claimed exactly (tests/engine/test_constraint_claims.py).
+
+Each is the reference behind a guard that raises if the suite ever calls it outside its claimed limits:
+a decode-only kernel (one query row per counted sequence), one that tiles only Hkv in {1, 2, 4}, and one
+that needs head_dim % 128 == 0. A call outside the limits is a bug of the suite, never of the backend."""
+import dataclasses
+
+import numpy as np
+
+from kvconform import reference
+from kvconform.backends.numpy import NumpyBackend
+
+
+class _Limited(NumpyBackend):
+    limits: dict = {}
+
+    def capabilities(self):
+        claims = super().capabilities()["ragged_paged_attention"]
+        return {"ragged_paged_attention": dataclasses.replace(claims, limits=dict(self.limits))}
+
+    def outside(self, q, k_pages, cu_q_lens, num_seqs) -> str:
+        raise NotImplementedError
+
+    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
+        # validate first, as a real adapter does: malformed input is rejected, not "outside the limits"
+        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
+                                                  num_seqs, **kw)
+        problem = self.outside(q, k_pages, np.asarray(cu_q_lens), int(num_seqs))
+        if problem:
+            raise RuntimeError(f"called outside the claimed limits: {problem}")
+        return result
+
+
+class DecodeOnly(_Limited):
+    name = "decode-only"
+    limits = {"q_len": {"values": [1]}}
+
+    def outside(self, q, k_pages, cu, n):
+        q_lens = np.diff(cu[:n + 1])
+        return "" if np.all(q_lens == 1) else f"q_lens {q_lens.tolist()}"
+
+
+class FewKvHeads(_Limited):
+    name = "kv-heads-1-2-4"
+    limits = {"num_kv_heads": {"values": [1, 2, 4]}}
+
+    def outside(self, q, k_pages, cu, n):
+        return "" if k_pages.shape[2] in (1, 2, 4) else f"Hkv {k_pages.shape[2]}"
+
+
+class HeadDim128(_Limited):
+    name = "head-dim-128"
+    limits = {"head_dim": {"multiple_of": 128}}
+
+    def outside(self, q, k_pages, cu, n):
+        return "" if q.shape[2] % 128 == 0 else f"head_dim {q.shape[2]}"
