@@ -195,9 +195,10 @@ def _kernel(kv_lens_ref, table_ref, cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, o_r
         visible = in_seq & (key_pos <= pos)
         if cfg.sliding_window:
             visible &= key_pos > pos - window
-        # Slots past kv_len may hold NaN: select them away before the P @ V product.
-        key_ok = (page * page_size + lax.broadcasted_iota(jnp.int32, (page_size, 1), 0)) < kv_len
-        v = jnp.where(key_ok, v, 0.0)
+        # Keys no row of the block sees (slots past kv_len, keys left of every row's window) may hold
+        # NaN (PA-24): select them away before the P @ V product, where 0 * NaN would leak.
+        seen = jnp.max(visible.astype(jnp.float32), axis=0).reshape(page_size, 1) > 0.0
+        v = jnp.where(seen, v, 0.0)
         return s, visible, v
 
     def walk_pages(i, page_lo, page_hi, use_page):
