@@ -49,6 +49,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "rwkv6_wkv": ("state_indices", "padding_slots", "initial_states"),
 }
 LAYOUTS: dict[str, tuple[str, ...]] = {
+    "ragged_paged_attention": ("combined", "flat"),    # the cache handed in that layout (PA-39)
     "rotate_keys": ("half", "interleaved"),
     "shift_keys": ("half", "interleaved"),
 }

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes
+from .kv_layouts import canonical_kv
 from .page_pools import kv_pools, kv_scale
 from .validation import check_shape, float_input, int_input, int_scalar, positive_float, require
 
@@ -72,7 +73,7 @@ class AttentionCall:
 
 def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                            sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
-                           k_scale=None, v_scale=None, return_scores=False):
+                           k_scale=None, v_scale=None, return_scores=False, kv_layout="separate"):
     """Attention of a ragged batch of query rows over a paged KV cache (PA-1 .. PA-25).
 
     q:            [T, Hq, D] float (any float dtype; upcast exactly)
@@ -89,6 +90,9 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     sinks:        float[Hq]; exp(sinks[h]) joins the denominator of head h only (PA-17)
     k_scale, v_scale: float32 > 0, required for quantized pages and only for them (PA-18, PA-19)
     return_scores: also return the per-token softmax mass (PA-21 .. PA-23)
+    kv_layout:    "separate" (the shapes above), "combined" (k_pages holds kv_pages [P, page_size, 2*Hkv, D],
+                  v_pages is None) or "flat" (k_pages, v_pages [P, page_size, Hkv*D]): the same cache in
+                  another layout gives the same result (PA-36 .. PA-39)
 
     Returns out: float64[T, Hq, D], or AttentionOutput(out, scores) when return_scores is True.
     Output rows t >= cu_q_lens[num_seqs] are unspecified (PA-25); this reference leaves them 0.
@@ -96,7 +100,7 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     call = validate_ragged_paged_attention(
         q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
         sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
-        return_scores=return_scores)
+        return_scores=return_scores, kv_layout=kv_layout)
     T, Hq, D = call.q.shape
     num_slots = call.page_indices.shape[1] * call.k_pages.shape[1]
     out = np.zeros((T, Hq, D), dtype=np.float64)
@@ -208,7 +212,8 @@ def _num_seqs(x, S: int) -> int:
 
 def validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                                     sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
-                                    k_scale=None, v_scale=None, return_scores=False) -> AttentionCall:
+                                    k_scale=None, v_scale=None, return_scores=False,
+                                    kv_layout="separate") -> AttentionCall:
     """Check every argument of `ragged_paged_attention` (PA-26 .. PA-30) and return them normalised.
 
     Takes the op's arguments (see `ragged_paged_attention` for their shapes). Raises ValueError, or
@@ -217,6 +222,7 @@ def validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, 
     with the oracle's own message before any launch.
     """
     q = float_input("q", q, 3, "[T, Hq, D]")
+    k_pages, v_pages = canonical_kv(k_pages, v_pages, kv_layout, max(q.shape[2], 1))   # PA-39
     k_pages, v_pages = kv_pools(k_pages, v_pages)
     T, Hq, D = q.shape
     P, page_size, Hkv, Dk = k_pages.shape

@@ -39,6 +39,7 @@ class PallasBackend(Backend):
         return {
             "ragged_paged_attention": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
+                layouts=("combined",),
                 features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa"),
                 limits={"max_head_dim": MAX_HEAD_DIM}),
             "write_kv": OpClaims(
@@ -72,12 +73,13 @@ class PallasBackend(Backend):
     # ------------------------------------------------------------------------------------------------
     def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                                sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
-                               k_scale=None, v_scale=None, return_scores=False):
-        """Same contract as reference.ragged_paged_attention; out is float32."""
+                               k_scale=None, v_scale=None, return_scores=False, kv_layout="separate"):
+        """Same contract as reference.ragged_paged_attention; out is float32. A combined cache
+        (kv_layout="combined", PA-36) is the kernel's own layout: its pages go to the kernel as given."""
         call = ref_attention.validate_ragged_paged_attention(
             q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
             sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
-            return_scores=return_scores)
+            return_scores=return_scores, kv_layout=kv_layout)
         from . import layout
         from .paged_attention import AttentionConfig
         q_arr = np.asarray(q)
@@ -88,8 +90,12 @@ class PallasBackend(Backend):
             raise ValueError(f"q head dim D={D} exceeds the Pallas kernel's max_head_dim={MAX_HEAD_DIM} "
                              f"(one KV page of every head must fit the VMEM page buffer)")
         n = call.num_seqs
-        q_k, kv_k = layout.attention_inputs(q_arr, np.asarray(k_pages), np.asarray(v_pages),
-                                            t_pad=pow2(T, 8), p_pad=pow2(P))
+        if kv_layout == "combined":
+            q_k, kv_k = layout.attention_inputs_combined(q_arr, np.asarray(k_pages), t_pad=pow2(T, 8),
+                                                         p_pad=pow2(P))
+        else:
+            q_k, kv_k = layout.attention_inputs(q_arr, call.k_pages, call.v_pages, t_pad=pow2(T, 8),
+                                                p_pad=pow2(P))
         s_pad, pps_pad = pow2(S), pow2(pps)
         lens = np.zeros(s_pad, np.int32)
         lens[:n] = call.kv_lens[:n]

@@ -29,11 +29,25 @@ def split_kv(kv_pages: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
     return kv_pages[:, :, 0::2, :d], kv_pages[:, :, 1::2, :d]
 
 
-def attention_inputs(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, *, t_pad: int, p_pad: int):
+def _padded_q(q: np.ndarray, t_pad: int) -> np.ndarray:
     T, hq, d = q.shape
-    d_pad = round_up(d, LANES)
-    q_out = np.zeros((t_pad, hq, d_pad), q.dtype if q.dtype != np.float64 else np.float32)
+    q_out = np.zeros((t_pad, hq, round_up(d, LANES)), q.dtype if q.dtype != np.float64 else np.float32)
     q_out[:T, :, :d] = q
+    return q_out
+
+
+def attention_inputs(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, *, t_pad: int, p_pad: int):
+    d_pad = round_up(q.shape[2], LANES)
     if k_pages.dtype == np.float64:  # not claimed; run it in float32
         k_pages, v_pages = k_pages.astype(np.float32), v_pages.astype(np.float32)
-    return q_out, combine_kv(k_pages, v_pages, d_pad=d_pad, p_pad=p_pad)
+    return _padded_q(q, t_pad), combine_kv(k_pages, v_pages, d_pad=d_pad, p_pad=p_pad)
+
+
+def attention_inputs_combined(q: np.ndarray, kv_pages: np.ndarray, *, t_pad: int, p_pad: int):
+    """The same for a cache handed in the combined layout (PA-36): its heads are already interleaved."""
+    P, page_size, two_hkv, d = kv_pages.shape
+    if kv_pages.dtype == np.float64:  # not claimed; run it in float32
+        kv_pages = kv_pages.astype(np.float32)
+    out = np.zeros((p_pad, page_size, two_hkv, round_up(d, LANES)), kv_pages.dtype)
+    out[:P, :, :, :d] = kv_pages
+    return _padded_q(q, t_pad), out

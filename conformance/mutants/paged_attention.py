@@ -211,3 +211,15 @@ class WriteKvReciprocalScale(Mutant):
             return (x.astype(np.float32) * inv).astype(np.float32)
         return reference.write_kv(k_pages, v_pages, prescaled(k, k_scale), prescaled(v, v_scale), slot_mapping,
                                   k_scale=1.0, v_scale=1.0)
+
+
+@mutant(op="ragged_paged_attention", clause="PA-39",
+        description="reads a combined cache with K and V swapped (K at 2h + 1, V at 2h)")
+class CombinedLayoutKvSwap(Mutant):
+    def ragged_paged_attention(self, q, k_pages, v_pages, *args, kv_layout="separate", **kw):
+        if kv_layout == "combined":
+            kv = np.asarray(k_pages)
+            swapped = np.empty_like(kv)
+            swapped[:, :, 0::2], swapped[:, :, 1::2] = kv[:, :, 1::2], kv[:, :, 0::2]
+            k_pages = swapped
+        return reference.ragged_paged_attention(q, k_pages, v_pages, *args, kv_layout=kv_layout, **kw)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
+from kvconform.reference.kv_layouts import canonical_kv, to_layout
 
 from .. import tolerance
 from ..case import Case, PoisonRegion
@@ -43,6 +44,7 @@ class Variant:
     features: tuple[str, ...]
     clauses: tuple[str, ...]
     long: bool = False    # hundreds of keys per sequence: multi-block online softmax, split-KV, combine
+    layout: str = ""      # the cache handed to the op in this layout (PA-39), when claimed
 
     def __str__(self) -> str:
         return self.name
@@ -60,6 +62,8 @@ ATTENTION_VARIANTS = (
     Variant("combined", ("sliding_window", "soft_cap", "sinks", "quantized_kv"),
             ("PA-15", "PA-16", "PA-17", "PA-18", "PA-19")),
     Variant("long", (), ("PA-6", "PA-7", "PA-14"), long=True),
+    Variant("combined_layout", (), ("PA-36", "PA-39"), layout="combined"),
+    Variant("flat_layout", (), ("PA-37", "PA-39"), layout="flat"),
 )
 WRITE_VARIANTS = (
     Variant("base", (), ("PA-41", "PA-43", "PA-45")),
@@ -130,7 +134,9 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     Every don't-care location is declared as a poison region (PA-24, PA-25, PA-5); the inputs hold
     finite values there. Regions: q_padding, k_tail, v_tail, unused_pages, hidden_kv (keys no row of
     the call can see), table_tail (page-table entries past the used pages), spare_metadata (rows of
-    sequences >= num_seqs)."""
+    sequences >= num_seqs). A layout column hands the same (clean) cache in that layout (PA-39)."""
+    if variant.layout and variant.layout not in (claims.layouts or ()):
+        pytest.skip(f"unsupported: layout {variant.layout!r} is not claimed (layouts: {list(claims.layouts)})")
     kv_pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
     q_dtype, kv_dtype = pick(draw, constraints.dtype_pairs(claims, Q_DTYPES, kv_pool, f"variant {variant.name}"),
                              "(q, KV) dtypes")
@@ -216,8 +222,27 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
                   cu_q_lens=cu, num_seqs=num_seqs, **kwargs)
     params = dict(dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hq=hq, hkv=hkv,
                   num_seqs=num_seqs, q_lens=q_lens, kv_lens=kv_lens, variant=variant.name)
-    return Case("ragged_paged_attention", inputs, params, seed,
+    case = Case("ragged_paged_attention", inputs, params, seed,
                 poison=attention_poison_regions(inputs, used, physical[sum(used):]))
+    return in_layout(case, variant.layout) if variant.layout else case
+
+
+def in_layout(case: Case, kv_layout: str) -> Case:
+    """The same call with its cache handed in `kv_layout` (PA-39); poison regions, which index the
+    canonical pools, are dropped (the poison property runs on the canonical layout)."""
+    x = case.inputs
+    k, v = to_layout(x["k_pages"], x["v_pages"], kv_layout)
+    inputs = dict(x, k_pages=k, v_pages=v, kv_layout=kv_layout)
+    return Case(case.op, inputs, dict(case.params, kv_layout=kv_layout), case.seed)
+
+
+def canonical_inputs(x: dict) -> dict:
+    """The inputs with the cache in the separate layout (what the bounds of numerics.md read)."""
+    layout = x.get("kv_layout", "separate")
+    if layout == "separate":
+        return x
+    k, v = canonical_kv(x["k_pages"], x["v_pages"], layout, x["q"].shape[2])
+    return dict(x, k_pages=k, v_pages=v, kv_layout="separate")
 
 
 def attention_poison_regions(x: dict, used: list[int], unused_pages) -> tuple[PoisonRegion, ...]:
@@ -350,7 +375,7 @@ def _sequence_bounds(x: dict, i: int):
 def attention_checks(case: Case, expected: dict, actual: dict) -> dict:
     """NU-PA1 for `out` (valid rows only, PA-25), NU-PA2 for `scores` (j < kv_len_i, i < num_seqs), and
     exact zeros elsewhere in `scores` (PA-23)."""
-    x = case.inputs
+    x = canonical_inputs(case.inputs)
     n = int(x["num_seqs"])
     cu = np.asarray(x["cu_q_lens"])
     q_dtype = dtypes.dtype_name(x["q"].dtype)
@@ -411,6 +436,9 @@ def _attention_diagnosis(case: Case) -> list:
              without(case, "scores off", return_scores=None),
              widened(case, ("q",), "q widened to float32"),
              widened(case, ("k_pages", "v_pages"), "K/V widened to float32")]
+    if x.get("kv_layout", "separate") != "separate":
+        found.append(("cache in the separate layout", dict_case(case, canonical_inputs(x))))
+        return [v for v in found if v is not None]
     if dtypes.is_quantized_dtype(x["k_pages"].dtype):
         plain = dict(k_pages=dtypes.upcast(x["k_pages"], x.get("k_scale")).astype(np.float32),
                      v_pages=dtypes.upcast(x["v_pages"], x.get("v_scale")).astype(np.float32))

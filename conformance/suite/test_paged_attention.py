@@ -270,6 +270,27 @@ def test_write_kv_call_history(kvc):
                 budget=0.2)
 
 
+LAYOUT_VARIANTS = tuple(v for v in pa.ATTENTION_VARIANTS if v.layout)
+
+
+@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-36", "PA-37", "PA-38", "PA-39"))
+@pytest.mark.parametrize("variant", LAYOUT_VARIANTS, ids=str)
+def test_attention_layout_is_bitwise_the_canonical_result(kvc, variant):
+    """PA-39: the cache handed in a claimed layout gives, bit for bit, the backend's own result for the
+    canonical (separate) layout."""
+    claims = kvc.claims(features=variant.features)
+    if variant.layout not in (claims.layouts or ()):
+        pytest.skip(f"unsupported: layout {variant.layout!r} is not claimed")
+    base = pa.ATTENTION_VARIANTS[0]
+
+    def body(case):
+        canonical = kvc.call(case)
+        in_layout = pa.in_layout(case, variant.layout)
+        kvc.expect(in_layout, kvc.call(in_layout), canonical, exact=True,
+                   what=f"backend's result for the same cache in the separate layout (PA-39: bitwise)")
+    kvc.for_all(pa.attention_cases(claims, base), body, budget=0.4)
+
+
 # --- oracle-free properties ------------------------------------------------------------------------
 
 def _permute_pages(case: Case, perm: list[int]) -> Case:

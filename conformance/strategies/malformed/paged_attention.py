@@ -223,6 +223,22 @@ def _scale_invalid(draw, x, claims):
     return {name: draw(st.sampled_from(BAD_SCALES))}, name
 
 
+def _layout_unknown(draw, x, claims):
+    return {"kv_layout": draw(st.sampled_from(("hybrid", "Combined", "")))}
+
+
+def _combined_with_v_pages(draw, x, claims):
+    return {"v_pages": np.array(x["k_pages"], copy=True)}
+
+
+def _combined_odd_heads(draw, x, claims):
+    return {"k_pages": np.array(x["k_pages"][:, :, :-1], copy=True)}
+
+
+def _flat_hidden_not_divisible(draw, x, claims):
+    return {"k_pages": np.array(x["k_pages"][:, :, :-1], copy=True)}
+
+
 def _needs_quantized(claims: OpClaims):
     if not any(d in (claims.kv_dtypes or ()) for d in pa.QUANT_KV_DTYPES):
         return "no quantized KV dtype claimed"
@@ -289,6 +305,15 @@ ATTENTION_RULES = (
          features=("quantized_kv",), requires=_needs_quantized),
     rule("scale_invalid", ("PA-29", "PA-18"), ("k_scale", "v_scale"),
          "k_scale and v_scale must be finite and > 0 as float32", _scale_invalid, variant=_ATT["quantized_kv"]),
+    rule("kv_layout_unknown", ("PA-39",), "kv_layout", "kv_layout must be separate, combined or flat",
+         _layout_unknown, variant=_ATT["combined_layout"]),
+    rule("combined_with_v_pages", ("PA-39", "PA-36"), "v_pages",
+         "v_pages must be None with kv_layout='combined'", _combined_with_v_pages, variant=_ATT["combined_layout"]),
+    rule("combined_odd_heads", ("PA-39", "PA-36"), "k_pages",
+         "a combined cache has an even number of heads (2*Hkv)", _combined_odd_heads,
+         variant=_ATT["combined_layout"]),
+    rule("flat_hidden_not_divisible", ("PA-39", "PA-37"), "k_pages",
+         "a flat cache's hidden size is a multiple of D", _flat_hidden_not_divisible, variant=_ATT["flat_layout"]),
 )
 
 
