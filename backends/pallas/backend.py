@@ -19,6 +19,7 @@ from ...reference.recurrent import selective_state as ref_selective_state
 from ...reference.recurrent import ssd_scan as ref_ssd_scan
 from ..base import Availability, Backend, OpClaims
 from .bucketing import pow2
+from .tiling import kv_heads_per_block
 from .runtime import interpret_params, jax_status, kernel
 
 FLOAT_ACTIVATIONS = ("float32", "bfloat16", "float16")
@@ -110,7 +111,8 @@ class PallasBackend(Backend):
         fparams[:4] = (call.sm_scale, call.soft_cap or 1.0, call.k_scale or 1.0, call.v_scale or 1.0)
         if call.sinks is not None:
             fparams[4:] = call.sinks
-        cfg = AttentionConfig(block_q=8, kv_heads_per_block=Hkv, soft_cap=call.soft_cap is not None,
+        hb = kv_heads_per_block(Hq, Hkv, q_k.dtype, kv_k.dtype)   # PA-47: whole sublane tiles per block
+        cfg = AttentionConfig(block_q=8, kv_heads_per_block=hb, soft_cap=call.soft_cap is not None,
                               sinks=call.sinks is not None, quantized=call.k_scale is not None,
                               sliding_window=call.sliding_window is not None, return_scores=return_scores)
         result = kernel("attention")(q_k, kv_k, lens, table.reshape(-1), cu, meta, fparams,

@@ -223,3 +223,23 @@ class CombinedLayoutKvSwap(Mutant):
             swapped[:, :, 0::2], swapped[:, :, 1::2] = kv[:, :, 1::2], kv[:, :, 0::2]
             k_pages = swapped
         return reference.ragged_paged_attention(q, k_pages, v_pages, *args, kv_layout=kv_layout, **kw)
+
+
+@mutant(op="ragged_paged_attention", clause="PA-47",
+        description="query heads processed in blocks of 8 whose KV head is counted from the block start: a "
+                    "block that starts inside a KV head's group (ratio 3 or 6) reads the wrong KV heads",
+        max_size=40)
+class HeadBlockStraddlesKvHeads(Mutant):
+    BLOCK = 8
+
+    def ragged_paged_attention(self, q, k_pages, v_pages, *args, **kw):
+        hq, hkv = q.shape[1], k_pages.shape[2]
+        group = hq // hkv
+        h = np.arange(hq)
+        start = h - h % self.BLOCK
+        kv_head = start // group + (h - start) // group    # right only when blocks start on a group edge
+        kv_head = np.minimum(kv_head, hkv - 1)
+        if np.array_equal(kv_head, h // group):
+            return reference.ragged_paged_attention(q, k_pages, v_pages, *args, **kw)
+        # one KV head per query head, chosen the block's way (GQA expanded, then attended as MHA)
+        return reference.ragged_paged_attention(q, k_pages[:, :, kv_head], v_pages[:, :, kv_head], *args, **kw)

@@ -62,6 +62,8 @@ ATTENTION_VARIANTS = (
     Variant("combined", ("sliding_window", "soft_cap", "sinks", "quantized_kv"),
             ("PA-15", "PA-16", "PA-17", "PA-18", "PA-19")),
     Variant("long", (), ("PA-6", "PA-7", "PA-14"), long=True),
+    # head counts where TPU-style head blocks split the KV heads (PA-47): 8, 16, 32 KV heads
+    Variant("many_kv_heads", (), ("PA-12", "PA-47")),
     Variant("combined_layout", (), ("PA-36", "PA-39"), layout="combined"),
     Variant("flat_layout", (), ("PA-37", "PA-39"), layout="flat"),
 )
@@ -112,13 +114,20 @@ def _long_lengths(draw, claims: OpClaims, num_seqs: int, page_size: int, q_len_o
 
 #: query heads per KV head (PA-12): non-powers of two (3, 6: Qwen's 12/2) and Llama's 32/8 = 4, up to 8
 GROUP_SIZES = (1, 2, 3, 4, 6, 8)
+#: KV head counts of the many_kv_heads column: blocks of 8 * packing combined rows split them (PA-47)
+MANY_KV_HEADS = (8, 16, 32)
+MANY_HEADS_BUDGET = 0.3
 
 
 def _head_counts(claims: OpClaims, variant: Variant) -> tuple[tuple[int, int], ...]:
     """(Hkv, group) pairs within the head-count claims: Hkv 1..3 (Hkv = 1: one KV head for all), groups
     of GROUP_SIZES where `gqa` is claimed (else 1), Hq = Hkv * group within num_q_heads."""
-    hkvs = constraints.allowed(claims, "num_kv_heads", range(1, 3 if variant.long else 4), "KV head count")
-    groups = GROUP_SIZES[:3] if variant.long else GROUP_SIZES
+    if variant.name == "many_kv_heads":
+        hkvs = constraints.allowed(claims, "num_kv_heads", MANY_KV_HEADS, "KV head count")
+        groups = (1, 2, 3)
+    else:
+        hkvs = constraints.allowed(claims, "num_kv_heads", range(1, 3 if variant.long else 4), "KV head count")
+        groups = GROUP_SIZES[:3] if variant.long else GROUP_SIZES
     groups = constraints.allowed(claims, "group_size", groups if "gqa" in claims.features else (1,), "group size")
     pairs = tuple((h, g) for h in hkvs for g in groups if constraints.admits(claims.limits.get("num_q_heads"), h * g))
     if not pairs:
@@ -138,6 +147,8 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     if variant.layout and variant.layout not in (claims.layouts or ()):
         pytest.skip(f"unsupported: layout {variant.layout!r} is not claimed (layouts: {list(claims.layouts)})")
     kv_pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
+    if variant.name == "many_kv_heads" and "quantized_kv" in claims.features:
+        kv_pool = FLOAT_KV_DTYPES + QUANT_KV_DTYPES     # head blocks of 8-bit caches tile 32 rows (PA-47)
     q_dtype, kv_dtype = pick(draw, constraints.dtype_pairs(claims, Q_DTYPES, kv_pool, f"variant {variant.name}"),
                              "(q, KV) dtypes")
     top = claims.limits.get("max_head_dim")
@@ -146,7 +157,8 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         head_dims = claims.head_dims or (8, 4)
     else:
         sizes = claims.page_sizes or DEFAULT_PAGE_SIZES
-        head_dims = claims.head_dims or DEFAULT_HEAD_DIMS
+        head_dims = claims.head_dims or (DEFAULT_HEAD_DIMS[:1] if variant.name == "many_kv_heads"
+                                         else DEFAULT_HEAD_DIMS)
     page_size = pick(draw, constraints.allowed(claims, "page_size", sizes), "page size")
     head_dim = pick(draw, constraints.allowed(claims, "head_dim", [d for d in head_dims if top is None or d <= top]),
                     "head dim")
@@ -154,6 +166,8 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     hq = hkv * group
 
     # Ragged batch (PA-4, PA-5): empty, decode (q_len 1) and prefill (no context) sequences all occur.
+    if variant.name == "many_kv_heads":
+        max_seqs, max_q_len, max_context = 2, 2, 5    # many heads already make each call costly
     num_seqs = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if variant.long else max_seqs)))
     spare_rows = draw(st.integers(0, 1))       # kv_lens / page_indices rows past num_seqs
     max_kv = constraints.upper(claims, "max_kv_len", 1 << 30)
