@@ -268,8 +268,7 @@ class Harness:
         locations, e.g. unwritten pool slots that must come back bit for bit). So a numeric error of the
         backend is not this property's finding (the differential tests report it); only poison that moves
         the result is."""
-        if not case.poison_names():
-            return
+        hypothesis.assume(bool(case.poison_names()))   # a case without don't-care locations tests nothing
         clean_actual = self.call(case)
         poisoned = case.with_poison(names)
         expected = poison_expectation(self.reference(case), self.reference(poisoned), clean_actual)

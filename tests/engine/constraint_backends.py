@@ -16,7 +16,7 @@ class _Limited(NumpyBackend):
 
     def capabilities(self):
         claims = super().capabilities()["ragged_paged_attention"]
-        return {"ragged_paged_attention": dataclasses.replace(claims, limits=dict(self.limits))}
+        return {"ragged_paged_attention": dataclasses.replace(claims, layouts=(), limits=dict(self.limits))}
 
     def outside(self, q, k_pages, cu_q_lens, num_seqs) -> str:
         raise NotImplementedError

@@ -137,10 +137,10 @@ def test_two_independent_bugs_are_both_reported_with_their_causes(cli, tmp_path)
 
 def test_unknown_claim_names_are_errors_with_the_close_match():
     problems = claims_problems({"ragged_paged_attention": {"features": ["slidng_window", "soft_cap"],
-                                                           "layouts": ["combined"]},
+                                                           "layouts": ["interleaved"]},
                                 "write_kvv": {}})
     assert "did you mean 'sliding_window'" in " ".join(problems["ragged_paged_attention"])
-    assert any("layout 'combined'" in p for p in problems["ragged_paged_attention"])
+    assert any("layout 'interleaved'" in p for p in problems["ragged_paged_attention"])
     assert "did you mean 'write_kv'" in problems["write_kvv"][0]
     assert not claims_problems({op: {"features": list(names)} for op, names in FEATURES.items()})
 
