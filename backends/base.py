@@ -35,8 +35,9 @@ OPS: dict[str, str] = {
 #: by the op's strategies (conformance/strategies/<family>.py). A name outside it is an error
 #: (`claims_problems`), never a silently "unsupported" column.
 FEATURES: dict[str, tuple[str, ...]] = {
-    "ragged_paged_attention": ("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa"),
-    "write_kv": ("quantized_kv",),
+    "ragged_paged_attention": ("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
+                               "per_head_scales", "per_token_scales"),
+    "write_kv": ("quantized_kv", "per_head_scales", "per_token_scales"),
     "rotate_keys": ("per_token_deltas", "per_block_deltas", "partial_rotary"),
     "shift_keys": ("per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas"),
     "accumulate_scores": (),

@@ -81,11 +81,13 @@ def as_scale(name: str, scale) -> np.float32:
 def quantize(x: np.ndarray, scale, dtype) -> np.ndarray:
     """Store `x` at `scale` in a quantized dtype: saturate(rne(fl32(fl32(x) / fl32(scale)))).
 
-    x: float[...] (rounded to float32 first); scale: float32-representable, > 0;
+    x: float[...] (rounded to float32 first); scale: float32-representable, > 0, a scalar or a float32
+    array broadcastable to x (per-head scales [Hkv, 1] against [N, Hkv, D], PA-48);
     dtype: float8_e4m3fn | float8_e5m2 | int8. NaN stays NaN for float8; for int8 it is an error.
     """
     dt = np.dtype(dtype)
-    q = np.asarray(x).astype(np.float32) / as_scale("scale", scale)
+    divisor = as_scale("scale", scale) if np.ndim(scale) == 0 else np.asarray(scale, dtype=np.float32)
+    q = np.asarray(x).astype(np.float32) / divisor
     if np.issubdtype(dt, np.integer):
         if np.isnan(q).any():
             raise ValueError("cannot quantize NaN to int8")

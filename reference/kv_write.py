@@ -39,8 +39,8 @@ class WriteKVCall(NamedTuple):
     v: np.ndarray
     slot_mapping: np.ndarray
     written: np.ndarray
-    k_scale: np.float32 | None
-    v_scale: np.float32 | None
+    k_scale: np.float32 | np.ndarray | None
+    v_scale: np.float32 | np.ndarray | None
 
 
 def write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None) -> KVPages:
@@ -50,7 +50,9 @@ def write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None
     k, v:             [N, Hkv, D] float (any float dtype)
     slot_mapping:     int[N]; slot s >= 0 is page s // page_size, offset s % page_size; s < 0 skips
                       the token (PA-41); non-negative slots must be < P * page_size and distinct (PA-42)
-    k_scale, v_scale: float32 > 0, required for quantized pages and only for them (PA-44)
+    k_scale, v_scale: float32 > 0, required for quantized pages and only for them (PA-44); a scalar,
+                      float32[Hkv] per KV head, or the float32[P, page_size, Hkv] scales stored beside the
+                      pages, each token quantized with the scale of its destination slot (PA-48)
 
     Returns KVPages(k_pages, v_pages) in the storage dtype: written slots hold the stored value of the
     new token (PA-43, PA-44), every other element is bitwise unchanged (PA-45). Inputs are not modified.
@@ -83,6 +85,14 @@ def validate_write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_s
     check_unique("slot_mapping", slots, ignore_negative=True)
     k_scale = kv_scale("k_scale", k_scale, "k_pages", k_pages)
     v_scale = kv_scale("v_scale", v_scale, "v_pages", v_pages)
+    for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):   # PA-48: the slots written use theirs
+        if isinstance(scale, np.ndarray) and scale.ndim == 3:
+            dest = slots[written]
+            used = scale[dest // page_size, dest % page_size]
+            bad = np.argwhere(~(np.isfinite(used) & (used > 0)))
+            if bad.size:
+                raise ValueError(f"{name} must be finite and > 0 beside every written slot (slot "
+                                 f"{int(dest[bad[0][0]])}, KV head {int(bad[0][1])}, PA-48)")
     if k_pages.dtype == np.int8:  # PA-44: int8 has no NaN; skipped tokens are not read (PA-41)
         for name, values in (("k", k), ("v", v)):
             nan = np.argwhere(np.isnan(values[written]))
@@ -93,6 +103,11 @@ def validate_write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_s
 
 
 def _scatter(pages, values, slots, scale) -> np.ndarray:
+    if isinstance(scale, np.ndarray) and scale.ndim == 1:     # per KV head (PA-48)
+        scale = scale[None, :, None]
+    elif isinstance(scale, np.ndarray):                        # per token: the scale beside the slot (PA-48)
+        page_size = pages.shape[1]
+        scale = scale[slots // page_size, slots % page_size][:, :, None]
     stored = _store(values, pages.dtype, scale)
     result = pages.copy()
     flat = result.reshape(-1, *pages.shape[2:])  # a view: slot s is row s

@@ -1,7 +1,9 @@
 """Argument rules of a paged K/V pool pair, shared by paged attention and KV writes.
 
     k_pages, v_pages: [P, page_size, Hkv, D], one storage dtype: any float dtype, or int8 (PA-2, PA-26)
-    k_scale, v_scale: float32 > 0, required for quantized pages and only for them (PA-18, PA-44)
+    k_scale, v_scale: float32 > 0, required for quantized pages and only for them (PA-18, PA-44): one
+                      scale for the pool, float32[Hkv] per KV head, or float32[P, page_size, Hkv] per
+                      token and head stored beside the pages (PA-48)
 
 Both ops take the same pool pair, so the rules (and their messages) live here once.
 """
@@ -45,5 +47,56 @@ def kv_scale(name: str, scale, pages_name: str, pages: np.ndarray, *, hint: str 
         require(not quantized, f"{name} is required when {pages_name} has the quantized dtype {kind}")
         return None
     require(quantized, f"{name} must be None when {pages_name} is not quantized (dtype {kind}){hint}")
-    positive_float(name, scale)
-    return dtypes.as_scale(name, scale)
+    if np.ndim(scale) == 0:
+        positive_float(name, scale)
+        return dtypes.as_scale(name, scale)
+    return fine_grained_scale(name, scale, pages)
+
+
+def fine_grained_scale(name: str, scale, pages: np.ndarray) -> np.ndarray:
+    """A per-head float32[Hkv] or per-token float32[P, page_size, Hkv] scale array (PA-48).
+
+    Per-head scales must all be finite and > 0 as float32. A per-token pool is checked only where a
+    counted key reads it (`check_token_scales`): its other entries are don't-care, like the slots they
+    belong to (PA-24)."""
+    arr = as_array(name, scale)
+    if not dtypes.is_float_dtype(arr.dtype):
+        raise TypeError(f"{name} must be a float scale, float32[Hkv] or float32[P, page_size, Hkv], got dtype "
+                        f"{dtypes.dtype_name(arr.dtype)}")
+    P, page_size, Hkv = pages.shape[:3]
+    arr = arr.astype(np.float32)
+    if arr.shape == (Hkv,):
+        bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
+        require(not bad.size, f"{name} must be finite and > 0 as float32 for every KV head "
+                              f"({name}[{bad[0] if bad.size else 0}] is not, PA-48)")
+        return arr
+    require(arr.shape == (P, page_size, Hkv),
+            f"{name} must be a scalar, [Hkv] = [{Hkv}] or [P, page_size, Hkv] = [{P}, {page_size}, {Hkv}] "
+            f"(PA-48), got shape {tuple(arr.shape)}")
+    return arr
+
+
+def check_token_scales(name: str, scale, table_row: np.ndarray, lo: int, hi: int) -> None:
+    """Per-token scales of the keys lo .. hi-1 a sequence reads must be finite and > 0 (PA-48)."""
+    if not (isinstance(scale, np.ndarray) and scale.ndim == 3) or hi <= lo:
+        return
+    page_size = scale.shape[1]
+    tokens = np.arange(lo, hi)
+    used = scale[table_row[tokens // page_size], tokens % page_size]        # [n, Hkv]
+    bad = np.argwhere(~(np.isfinite(used) & (used > 0)))
+    if bad.size:
+        j, h = int(tokens[bad[0][0]]), int(bad[0][1])
+        raise ValueError(f"{name} must be finite and > 0 where a counted key reads it (token {j}, KV head {h}: "
+                         f"{float(used[tuple(bad[0])])!r}, PA-48)")
+
+
+def scales_of(scale, table_row: np.ndarray, lo: int, hi: int, heads: int):
+    """The scale of tokens lo .. hi-1 of one sequence, broadcastable to their [n, Hkv, D] values: a
+    scalar, [1, Hkv, 1] per head, or [n, Hkv, 1] per token (PA-48)."""
+    if not isinstance(scale, np.ndarray) or scale.ndim == 0:
+        return scale
+    if scale.ndim == 1:
+        return scale.astype(np.float64)[None, :, None]
+    page_size = scale.shape[1]
+    tokens = np.arange(lo, hi)
+    return scale[table_row[tokens // page_size], tokens % page_size].astype(np.float64)[:, :, None]

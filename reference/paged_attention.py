@@ -19,7 +19,7 @@ import numpy as np
 
 from . import dtypes
 from .kv_layouts import canonical_kv
-from .page_pools import kv_pools, kv_scale
+from .page_pools import check_token_scales, kv_pools, kv_scale, scales_of
 from .validation import check_shape, float_input, int_input, int_scalar, positive_float, require
 
 __all__ = ["AttentionCall", "AttentionOutput", "ragged_paged_attention", "validate_ragged_paged_attention"]
@@ -66,8 +66,8 @@ class AttentionCall:
     sliding_window: int | None
     soft_cap: float | None
     sinks: np.ndarray | None
-    k_scale: np.float32 | None
-    v_scale: np.float32 | None
+    k_scale: np.float32 | np.ndarray | None   # scalar, per KV head [Hkv] or per token [P, page_size, Hkv]
+    v_scale: np.float32 | np.ndarray | None
     return_scores: bool
 
 
@@ -88,7 +88,8 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     sliding_window: int W >= 1; row at position pos sees keys in (pos - W, pos] (PA-15)
     soft_cap:     float > 0; logits become cap * tanh(s / cap) after scaling, before masking (PA-16)
     sinks:        float[Hq]; exp(sinks[h]) joins the denominator of head h only (PA-17)
-    k_scale, v_scale: float32 > 0, required for quantized pages and only for them (PA-18, PA-19)
+    k_scale, v_scale: float32 > 0, required for quantized pages and only for them (PA-18, PA-19): a
+                  scalar, float32[Hkv] per KV head, or float32[P, page_size, Hkv] per token and head (PA-48)
     return_scores: also return the per-token softmax mass (PA-21 .. PA-23)
     kv_layout:    "separate" (the shapes above), "combined" (k_pages holds kv_pages [P, page_size, 2*Hkv, D],
                   v_pages is None) or "flat" (k_pages, v_pages [P, page_size, Hkv*D]): the same cache in
@@ -197,6 +198,8 @@ def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale) -
     tokens = pages[table_row[first_page:last_page]]  # [n, page_size, Hkv, D] in the storage dtype
     tokens = tokens.reshape(-1, *pages.shape[2:])
     start = lo - first_page * page_size
+    if isinstance(scale, np.ndarray):   # per-head or per-token scales (PA-48)
+        return dtypes.upcast(tokens[start:start + (hi - lo)]) * scales_of(scale, table_row, lo, hi, pages.shape[2])
     return dtypes.upcast(tokens[start:start + (hi - lo)], scale)
 
 
@@ -278,7 +281,14 @@ def validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, 
         raise TypeError(f"return_scores must be a bool, got {type(return_scores).__name__}")
     # PA-18; this op's rejection message also lists the quantized dtypes.
     hint = "; scales apply to float8_e4m3fn, float8_e5m2 and int8 pages only"
+    k_scale = kv_scale("k_scale", k_scale, "k_pages", k_pages, hint=hint)
+    v_scale = kv_scale("v_scale", v_scale, "v_pages", v_pages, hint=hint)
+    for i in range(n):   # PA-48: per-token scales are checked where a counted row's visible key reads them
+        kv_len, q_len = int(kv_lens[i]), int(cu_q_lens[i + 1] - cu_q_lens[i])
+        if q_len:
+            lo = 0 if window is None else max(0, kv_len - q_len - window + 1)
+            check_token_scales("k_scale", k_scale, page_indices[i], lo, kv_len)
+            check_token_scales("v_scale", v_scale, page_indices[i], lo, kv_len)
     return AttentionCall(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, n, float(sm), window, cap,
-                         sinks, kv_scale("k_scale", k_scale, "k_pages", k_pages, hint=hint),
-                         kv_scale("v_scale", v_scale, "v_pages", v_pages, hint=hint), bool(return_scores))
+                         sinks, k_scale, v_scale, bool(return_scores))
 

@@ -41,11 +41,12 @@ class PallasBackend(Backend):
             "ragged_paged_attention": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 layouts=("combined",),
-                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa"),
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
+                          "per_head_scales"),
                 limits={"max_head_dim": MAX_HEAD_DIM}),
             "write_kv": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
-                features=("quantized_kv",)),
+                features=("quantized_kv", "per_head_scales", "per_token_scales")),
             "rotate_keys": OpClaims(
                 dtypes=FLOAT_KV, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
                 layouts=("half", "interleaved"),
@@ -107,10 +108,15 @@ class PallasBackend(Backend):
         cu = np.full(s_pad + 1, int(call.cu_q_lens[n]), np.int32)
         cu[:n + 1] = call.cu_q_lens[:n + 1]
         meta = np.array([n, call.sliding_window or 0], np.int32)
-        fparams = np.zeros(4 + Hq, np.float32)
-        fparams[:4] = (call.sm_scale, call.soft_cap or 1.0, call.k_scale or 1.0, call.v_scale or 1.0)
+        if np.ndim(call.k_scale) == 3:
+            raise NotImplementedError("per-token KV scales (PA-48) are not implemented by the Pallas attention "
+                                      "kernel (not claimed: per_head_scales only)")
+        fparams = np.zeros(4 + Hq + 2 * Hkv, np.float32)
+        fparams[:2] = (call.sm_scale, call.soft_cap or 1.0)
         if call.sinks is not None:
-            fparams[4:] = call.sinks
+            fparams[4:4 + Hq] = call.sinks
+        for base, scale in ((4 + Hq, call.k_scale), (4 + Hq + Hkv, call.v_scale)):   # per KV head (PA-48)
+            fparams[base:base + Hkv] = 1.0 if scale is None else np.asarray(scale, np.float32)
         hb = kv_heads_per_block(Hq, Hkv, q_k.dtype, kv_k.dtype)   # PA-47: whole sublane tiles per block
         cfg = AttentionConfig(block_q=8, kv_heads_per_block=hb, soft_cap=call.soft_cap is not None,
                               sinks=call.sinks is not None, quantized=call.k_scale is not None,
@@ -139,8 +145,10 @@ class PallasBackend(Backend):
         vp = np.zeros_like(kp)
         kp[:n], vp[:n] = call.k, call.v
         quantized = call.k_scale is not None
-        scales = np.array([call.k_scale or 1.0, call.v_scale or 1.0], np.float32)
-        new_k, new_v = kernel("write_kv")(call.k_pages, call.v_pages, kp, vp, slots, scales,
+        page_size, hkv = call.k_pages.shape[1], call.k_pages.shape[2]
+        k_scales = _token_scales(call.k_scale, slots, n_pad, page_size, hkv)
+        v_scales = _token_scales(call.v_scale, slots, n_pad, page_size, hkv)
+        new_k, new_v = kernel("write_kv")(call.k_pages, call.v_pages, kp, vp, slots, k_scales, v_scales,
                                           quantized=quantized, interpret=interpret_params())
         return ref_kv_write.KVPages(np.asarray(new_k), np.asarray(new_v))
 
@@ -216,3 +224,20 @@ class PallasBackend(Backend):
         from .recurrent import adapter
         return adapter.rwkv6_wkv(ref_rwkv6.validate_rwkv6_wkv(
             r, k, v, w, u, state, cu_seqlens, state_indices=state_indices, has_initial_state=has_initial_state))
+
+
+def _token_scales(scale, slots: np.ndarray, n_pad: int, page_size: int, hkv: int) -> np.ndarray:
+    """f32[N_pad, Hkv, 1]: the scale each token head is stored with (PA-44, PA-48): the pool's scale, its
+    KV head's, or the one beside its destination slot; 1 for skipped tokens and unquantized pools."""
+    out = np.ones((n_pad, hkv, 1), np.float32)
+    if scale is None:
+        return out
+    if np.ndim(scale) == 0:
+        out[:] = np.float32(scale)
+    elif np.ndim(scale) == 1:
+        out[:] = np.asarray(scale, np.float32)[None, :, None]
+    else:
+        live = slots >= 0
+        dest = slots[live]
+        out[live] = np.asarray(scale, np.float32)[dest // page_size, dest % page_size][:, :, None]
+    return out

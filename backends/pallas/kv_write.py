@@ -73,11 +73,12 @@ def store_value(x, dtype, scale):
     return jnp.clip(q, -top, top).astype(dtype)
 
 
-def write_kv_kernel(k_pages, v_pages, k, v, slots, scales, *, quantized: bool, interpret,
+def write_kv_kernel(k_pages, v_pages, k, v, slots, k_scales, v_scales, *, quantized: bool, interpret,
                     block_tokens: int = SUBLANES):
     """k_pages, v_pages: [P, page_size, Hkv, D] storage dtype; k, v: f32[N_pad, Hkv, D] (N_pad a
-    multiple of block_tokens); slots: i32[N_pad] (-1 = skip); scales: f32[2] = (k_scale, v_scale).
-    Returns the two updated pools."""
+    multiple of block_tokens); slots: i32[N_pad] (-1 = skip); k_scales, v_scales: f32[N_pad, Hkv, 1], the
+    scale each token head is stored with (one pool scale, per KV head or beside the slot: PA-44, PA-48;
+    ones when not quantized). Returns the two updated pools."""
     n_pad, hkv, d = k.shape
     page_size = k_pages.shape[1]
     if n_pad % block_tokens:
@@ -86,9 +87,10 @@ def write_kv_kernel(k_pages, v_pages, k, v, slots, scales, *, quantized: bool, i
     kernel = functools.partial(_kernel, page_size=page_size, block_tokens=block_tokens,
                                quantized=quantized)
     token_block = pl.BlockSpec((block_tokens, hkv, d), lambda b, *_: (b, 0, 0))
+    scale_block = pl.BlockSpec((block_tokens, hkv, 1), lambda b, *_: (b, 0, 0))
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=1, grid=(n_pad // block_tokens,),
-        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), token_block, token_block,
+        in_specs=[scale_block, scale_block, token_block, token_block,
                   pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
         out_specs=[pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
         scratch_shapes=[pltpu.VMEM((block_tokens, hkv, d), k_pages.dtype),
@@ -98,17 +100,17 @@ def write_kv_kernel(k_pages, v_pages, k, v, slots, scales, *, quantized: bool, i
         kernel, grid_spec=grid_spec,
         out_shape=[jax.ShapeDtypeStruct(k_pages.shape, k_pages.dtype),
                    jax.ShapeDtypeStruct(v_pages.shape, v_pages.dtype)],
-        # operand indices count the scalar-prefetch operand: slots=0, scales=1, k=2, v=3, pools 4, 5
-        input_output_aliases={4: 0, 5: 1}, interpret=interpret,
+        # operand indices count the scalar-prefetch operand: slots=0, scales 1, 2, k=3, v=4, pools 5, 6
+        input_output_aliases={5: 0, 6: 1}, interpret=interpret,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)))
-    return call(slots, scales, k, v, k_pages, v_pages)
+    return call(slots, k_scales, v_scales, k, v, k_pages, v_pages)
 
 
-def _kernel(slots_ref, scales_ref, k_ref, v_ref, k_in, v_in, k_out, v_out, k_buf, v_buf, sem, *,
+def _kernel(slots_ref, ks_ref, vs_ref, k_ref, v_ref, k_in, v_in, k_out, v_out, k_buf, v_buf, sem, *,
             page_size, block_tokens, quantized):
     del k_in, v_in  # aliased to k_out / v_out
-    k_scale = scales_ref[0] if quantized else None
-    v_scale = scales_ref[1] if quantized else None
+    k_scale = ks_ref[...] if quantized else None    # [block_tokens, Hkv, 1], broadcast over D
+    v_scale = vs_ref[...] if quantized else None
     k_buf[...] = store_value(k_ref[...], k_buf.dtype, k_scale)
     v_buf[...] = store_value(v_ref[...], v_buf.dtype, v_scale)
     base = pl.program_id(0) * block_tokens

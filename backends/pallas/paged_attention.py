@@ -31,7 +31,8 @@ from jax.experimental.pallas import tpu as pltpu
 
 from .tiling import LANES, SUBLANES, packing
 
-# fparams layout in SMEM: sm_scale, soft_cap, k_scale, v_scale, then sinks[Hq].
+# fparams layout in SMEM: sm_scale, soft_cap, k_scale, v_scale, then sinks[Hq], then the k and v scale of
+# each KV head [Hkv] + [Hkv] (a pool-wide scale repeated, or the per-head scales of PA-48).
 _SM, _CAP, _KS, _VS, _SINKS = 0, 1, 2, 3, 4
 
 
@@ -77,7 +78,8 @@ def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, m
     kv_pages:   [P, page_size, 2*Hkv, Dp] combined heads, storage dtype
     kv_lens:    i32[S]; page_table: i32[S * pages_per_seq]; cu_q_lens: i32[S+1]
     meta:       i32[2] = (num_seqs, sliding_window or 0)
-    fparams:    f32[4 + Hq] = (sm_scale, soft_cap, k_scale, v_scale, sinks...)
+    fparams:    f32[4 + Hq + 2 * Hkv] = (sm_scale, soft_cap, k_scale, v_scale, sinks..., k scale per KV head...,
+                v scale per KV head...)
     Returns out f32[T_pad, Hq, Dp] and, with return_scores, scores f32[S, pages_per_seq, page_size].
     """
     T, Hq, Dp = q.shape
@@ -90,7 +92,7 @@ def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, m
     bq = cfg.block_q
     grid = (hkv // hb, T // bq)
 
-    kernel = functools.partial(_kernel, cfg=cfg, page_size=page_size, pages_per_seq=pages_per_seq,
+    kernel = functools.partial(_kernel, cfg=cfg, page_size=page_size, pages_per_seq=pages_per_seq, hkv_total=hkv,
                                group=group, kv_dtype=kv_pages.dtype)
     in_specs = [
         pl.BlockSpec(memory_space=pltpu.SMEM),                                   # fparams
@@ -119,7 +121,7 @@ def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, m
 
 
 def _kernel(kv_lens_ref, table_ref, cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, o_ref, *rest,
-            cfg: AttentionConfig, page_size, pages_per_seq, group, kv_dtype):
+            cfg: AttentionConfig, page_size, pages_per_seq, group, kv_dtype, hkv_total):
     if cfg.return_scores:
         scores_ref, buf, sem, m_ref, l_ref, acc_ref = rest
     else:
@@ -182,9 +184,10 @@ def _kernel(kv_lens_ref, table_ref, cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, o_r
         """Scaled (and capped) logits [rows, page_size], the visibility mask, and dequantized V."""
         k = page_value[:, 2 * h, :].astype(jnp.float32)
         v = page_value[:, 2 * h + 1, :].astype(jnp.float32)
-        if cfg.quantized:
-            k = k * fp_ref[_KS]
-            v = v * fp_ref[_VS]
+        if cfg.quantized:   # the scale of this KV head (PA-18, PA-48)
+            head_scales = _SINKS + hkv_total * group
+            k = k * fp_ref[head_scales + head_block * hb + h]
+            v = v * fp_ref[head_scales + hkv_total + head_block * hb + h]
         q = q_ref[:, h * group:(h + 1) * group, :].astype(jnp.float32).reshape(rows, -1)
         s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32,
                             precision=lax.Precision.HIGHEST) * sm_scale

@@ -44,11 +44,12 @@ class TritonBackend(Backend):
         return {
             "ragged_paged_attention": OpClaims(
                 dtypes=_ACT, kv_dtypes=_KV, page_sizes=None, head_dims=None,
-                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa"),
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
+                          "per_head_scales", "per_token_scales"),
                 limits={"split_kv_min_keys": self._split_threshold(_runtime.configure().interpret)}),
             "write_kv": OpClaims(
                 dtypes=_ACT + ("float64",), kv_dtypes=_KV, page_sizes=None, head_dims=None,
-                features=("quantized_kv",)),
+                features=("quantized_kv", "per_head_scales", "per_token_scales")),
             "rotate_keys": OpClaims(
                 dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None, layouts=("half", "interleaved"),
                 features=("per_token_deltas", "per_block_deltas", "partial_rotary")),
@@ -105,7 +106,8 @@ class TritonBackend(Backend):
             to_torch(q, dev), to_torch(k_pages, dev), to_torch(v_pages, dev),
             metadata(kv_lens, dev), metadata(page_indices, dev), metadata(cu_q_lens, dev),
             call.num_seqs, sm_scale=call.sm_scale, sliding_window=call.sliding_window,
-            soft_cap=call.soft_cap, sinks=sinks_t, k_scale=call.k_scale, v_scale=call.v_scale,
+            soft_cap=call.soft_cap, sinks=sinks_t, k_scale=_scale_arg(call.k_scale, dev),
+            v_scale=_scale_arg(call.v_scale, dev),
             return_scores=return_scores, num_splits=splits, interpret=rt.interpret)
         out = to_numpy(out)
         if not return_scores:
@@ -136,7 +138,8 @@ class TritonBackend(Backend):
         dev = rt.device
         kp, vp = to_torch(k_pages, dev, copy=True), to_torch(v_pages, dev, copy=True)
         kt, vt = to_torch(_as_f32(k), dev), to_torch(_as_f32(v), dev)
-        kern.write_kv_(kp, vp, kt, vt, metadata(slot_mapping, dev), call.k_scale, call.v_scale)
+        kern.write_kv_(kp, vp, kt, vt, metadata(slot_mapping, dev), _scale_arg(call.k_scale, dev),
+                       _scale_arg(call.v_scale, dev))
         return KVPages(to_numpy(kp), to_numpy(vp))
 
     def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout="half",
@@ -254,3 +257,13 @@ def _as_f32(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     name = dtypes.dtype_name(x.dtype)
     return x if name in ("float32", "float16", "bfloat16") else x.astype(np.float32)
+
+
+def _scale_arg(scale, dev):
+    """A pool-wide scale as a Python float; per-head / per-token scales (PA-48) as float32 tensors."""
+    import torch
+    if scale is None:
+        return None
+    if np.ndim(scale) == 0:
+        return float(scale)
+    return torch.as_tensor(np.ascontiguousarray(scale, dtype=np.float32), device=dev)

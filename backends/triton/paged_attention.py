@@ -103,9 +103,10 @@ def _q_tile(q_ptr, q_start, q_end, first_pos, kvh, stride_qt, stride_qh, stride_
 @triton.jit
 def _logits(q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale,
             k_ptr, page_ptr, stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh_off, page_size,
-            d_offs, D: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr,
-            DOT_DTYPE: tl.constexpr):
-    """Masked, scaled (and capped) logits of one KV block: float32[BLOCK_M, BLOCK_N], -inf where hidden."""
+            d_offs, ks_ptr, sc_off, stride_sp, stride_ss, D: tl.constexpr, HAS_WINDOW: tl.constexpr,
+            HAS_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, TOKEN_SCALES: tl.constexpr):
+    """Masked, scaled (and capped) logits of one KV block: float32[BLOCK_M, BLOCK_N], -inf where hidden.
+    With TOKEN_SCALES each key's column is scaled by the k scale beside its slot (PA-48)."""
     in_range = (n_offs >= lo) & (n_offs < hi)
     page = tl.load(page_ptr + seq * stride_ps + (n_offs // page_size) * stride_pp, mask=in_range, other=0)
     page = page.to(tl.int64)  # element offsets may pass 2**31 in large pools
@@ -114,6 +115,9 @@ def _logits(q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale,
     k_t = tl.load(k_ptr + k_off[None, :] + d_offs[:, None] * stride_kd,
                   mask=in_range[None, :] & (d_offs[:, None] < D), other=0.0)
     s = tl.dot(q, k_t.to(DOT_DTYPE), input_precision="ieee") * qk_scale
+    if TOKEN_SCALES:
+        k_s = tl.load(ks_ptr + page * stride_sp + slot * stride_ss + sc_off, mask=in_range, other=0.0)
+        s = s * k_s.to(tl.float32)[None, :]
     if HAS_CAP:
         s = _soft_cap(s, cap)
     visible = row_ok[:, None] & in_range[None, :] & (n_offs[None, :] <= pos[:, None])  # PA-7
@@ -125,8 +129,8 @@ def _logits(q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale,
 @triton.jit
 def _attention_kernel(
         q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, part_ptr, part_ml_ptr,
-        kv_lens_ptr, page_ptr, cu_q_ptr, sinks_ptr,
-        num_seqs, page_size, window, cap, qk_scale, v_scale,
+        kv_lens_ptr, page_ptr, cu_q_ptr, sinks_ptr, ks_ptr, vs_ptr,
+        num_seqs, page_size, window, cap, qk_scale, v_scale, stride_sp, stride_ss, stride_sh,
         stride_qt, stride_qh, stride_qd, stride_kp, stride_ks, stride_kh, stride_kd,
         stride_vp, stride_vs, stride_vh, stride_vd, stride_ot, stride_oh, stride_od,
         stride_kl, stride_ps, stride_pp, stride_cu, stride_lt,
@@ -134,9 +138,14 @@ def _attention_kernel(
         D: tl.constexpr, D_PAD: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
         HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr, HAS_SINKS: tl.constexpr,
-        WRITE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr):
+        WRITE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, SCALE_MODE: tl.constexpr):
+    """SCALE_MODE (PA-18, PA-48): 0 one scale per pool (folded into qk_scale / v_scale), 1 per KV head
+    (ks_ptr, vs_ptr: float32[Hkv]), 2 per token slot and KV head (float32[P, page_size, Hkv])."""
     kvh = tl.program_id(1)
     split = tl.program_id(2)
+    if SCALE_MODE == 1:
+        qk_scale = qk_scale * tl.load(ks_ptr + kvh * stride_sh)
+        v_scale = v_scale * tl.load(vs_ptr + kvh * stride_sh)
     seq, q_start, q_end, first_pos, lo, hi = _tile_setup(
         cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window, BLOCK_Q, HAS_WINDOW)
     if q_start < q_end:
@@ -160,7 +169,8 @@ def _attention_kernel(
             s, page, slot, in_range = _logits(
                 q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale, k_ptr, page_ptr,
                 stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh * stride_kh, page_size,
-                d_offs, D, HAS_WINDOW, HAS_CAP, DOT_DTYPE)
+                d_offs, ks_ptr, kvh * stride_sh, stride_sp, stride_ss, D, HAS_WINDOW, HAS_CAP, DOT_DTYPE,
+                SCALE_MODE == 2)
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with nothing visible yet
             alpha = tl.exp(m_i - m_safe)
@@ -169,6 +179,10 @@ def _attention_kernel(
             v_off = page * stride_vp + slot * stride_vs + kvh * stride_vh
             v = tl.load(v_ptr + v_off[:, None] + d_offs[None, :] * stride_vd,
                         mask=in_range[:, None] & (d_offs[None, :] < D), other=0.0).to(tl.float32)
+            if SCALE_MODE == 2:   # PA-48: each value row times the v scale beside its slot
+                v_s = tl.load(vs_ptr + page * stride_sp + slot * stride_ss + kvh * stride_sh, mask=in_range,
+                              other=0.0)
+                v = v * v_s.to(tl.float32)[:, None]
             acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
             m_i = m_new
 
@@ -233,15 +247,17 @@ def _combine_kernel(part_ptr, part_ml_ptr, out_ptr, lse_ptr, sinks_ptr, Hq,
 
 @triton.jit
 def _scores_kernel(
-        q_ptr, k_ptr, lse_ptr, scores_ptr, kv_lens_ptr, page_ptr, cu_q_ptr,
-        num_seqs, page_size, window, cap, qk_scale,
+        q_ptr, k_ptr, lse_ptr, scores_ptr, kv_lens_ptr, page_ptr, cu_q_ptr, ks_ptr,
+        num_seqs, page_size, window, cap, qk_scale, scale_sp, scale_ss, scale_sh,
         stride_qt, stride_qh, stride_qd, stride_kp, stride_ks, stride_kh, stride_kd,
         stride_kl, stride_ps, stride_pp, stride_cu, stride_lt, stride_ss,
         D: tl.constexpr, D_PAD: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-        HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr):
+        HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, SCALE_MODE: tl.constexpr):
     """PA-21: scores[seq, j] += sum over this tile's rows and heads of exp(s - lse)."""
     kvh = tl.program_id(1)
+    if SCALE_MODE == 1:
+        qk_scale = qk_scale * tl.load(ks_ptr + kvh * scale_sh)
     seq, q_start, q_end, first_pos, lo, hi = _tile_setup(
         cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window, BLOCK_Q, HAS_WINDOW)
     if q_start < q_end:
@@ -254,7 +270,8 @@ def _scores_kernel(
             s, page, slot, in_range = _logits(
                 q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale, k_ptr, page_ptr,
                 stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh * stride_kh, page_size,
-                d_offs, D, HAS_WINDOW, HAS_CAP, DOT_DTYPE)
+                d_offs, ks_ptr, kvh * scale_sh, scale_sp, scale_ss, D, HAS_WINDOW, HAS_CAP, DOT_DTYPE,
+                SCALE_MODE == 2)
             p = tl.exp(s - lse[:, None])
             tl.atomic_add(scores_ptr + seq * stride_ss + n_offs, tl.sum(p, 0), mask=in_range)
 
@@ -279,7 +296,8 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     return_scores, scores float32[S, pages_per_seq * page_size].
 
     q [T, Hq, D]; k_pages/v_pages [P, page_size, Hkv, D]; metadata int32/int64 tensors of any stride;
-    num_seqs a Python int; sinks float32[Hq] or None; scales Python floats (float32 values) or None.
+    num_seqs a Python int; sinks float32[Hq] or None; scales Python floats (float32 values) or None, or
+    float32 tensors [Hkv] (per KV head) or [P, page_size, Hkv] (per token slot and head), PA-48.
     """
     import torch
     T, Hq, D = q.shape
@@ -297,7 +315,16 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     if num_seqs == 0 or T == 0:
         return out, scores
     lse = torch.empty((T, Hq), dtype=torch.float32, device=q.device) if return_scores else out
-    qk_scale = float(sm_scale) * (1.0 if k_scale is None else float(k_scale))
+    scale_mode = 0 if k_scale is None or isinstance(k_scale, float) else (1 if k_scale.dim() == 1 else 2)
+    if scale_mode:
+        ks_t, vs_t = k_scale, v_scale
+        scale_strides = (ks_t.stride(0), ks_t.stride(1), ks_t.stride(2)) if scale_mode == 2 else (0, 0, ks_t.stride(0))
+        qk_scale, v_scale_f = float(sm_scale), 1.0
+    else:
+        ks_t = vs_t = out                       # never read
+        scale_strides = (0, 0, 0)
+        qk_scale = float(sm_scale) * (1.0 if k_scale is None else float(k_scale))
+        v_scale_f = 1.0 if v_scale is None else float(v_scale)
     window = 0 if sliding_window is None else int(sliding_window)
     cap = 1.0 if soft_cap is None else float(soft_cap)
     sinks_t = sinks if sinks is not None else out
@@ -311,14 +338,14 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
         part, part_ml = out, lse
     common = (num_seqs, page_size, window, cap, qk_scale)
     _attention_kernel[grid](
-        q, k_pages, v_pages, out, lse, part, part_ml, kv_lens, page_indices, cu_q_lens, sinks_t,
-        *common, 1.0 if v_scale is None else float(v_scale),
+        q, k_pages, v_pages, out, lse, part, part_ml, kv_lens, page_indices, cu_q_lens, sinks_t, ks_t, vs_t,
+        *common, v_scale_f, *scale_strides,
         *q.stride(), *k_pages.stride(), *v_pages.stride(), *out.stride(),
         kv_lens.stride(0), *page_indices.stride(), cu_q_lens.stride(0), lse.stride(0),
         part.stride(0), part.stride(1), part.stride(2), part_ml.stride(0), part_ml.stride(1),
         D=D, D_PAD=d_pad, GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=block_n,
         NUM_SPLITS=num_splits, HAS_SINKS=sinks is not None, WRITE_LSE=return_scores,
-        DOT_DTYPE=dot_dtype, **flags)
+        DOT_DTYPE=dot_dtype, SCALE_MODE=scale_mode, **flags)
     if num_splits > 1:
         # Padding rows merge uninitialised partials: their output is unspecified (PA-25), and merging
         # all T rows avoids reading cu_q_lens on the host.
@@ -330,9 +357,9 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
             HAS_SINKS=sinks is not None, WRITE_LSE=return_scores)
     if return_scores:
         _scores_kernel[grid[:2]](
-            q, k_pages, lse, scores, kv_lens, page_indices, cu_q_lens, *common,
+            q, k_pages, lse, scores, kv_lens, page_indices, cu_q_lens, ks_t, *common, *scale_strides,
             *q.stride(), *k_pages.stride(), kv_lens.stride(0), *page_indices.stride(),
             cu_q_lens.stride(0), lse.stride(0), scores.stride(0),
             D=D, D_PAD=d_pad, GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=block_n,
-            DOT_DTYPE=dot_dtype, **flags)
+            DOT_DTYPE=dot_dtype, SCALE_MODE=scale_mode, **flags)
     return out, scores

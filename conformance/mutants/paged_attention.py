@@ -243,3 +243,30 @@ class HeadBlockStraddlesKvHeads(Mutant):
             return reference.ragged_paged_attention(q, k_pages, v_pages, *args, **kw)
         # one KV head per query head, chosen the block's way (GQA expanded, then attended as MHA)
         return reference.ragged_paged_attention(q, k_pages[:, :, kv_head], v_pages[:, :, kv_head], *args, **kw)
+
+
+@mutant(op="ragged_paged_attention", clause="PA-48",
+        description="per-head scales indexed by query head (h % Hkv) instead of KV head (h // group)")
+class HeadScaleByQueryHead(Mutant):
+    def ragged_paged_attention(self, q, k_pages, v_pages, *args, k_scale=None, v_scale=None, **kw):
+        if np.ndim(k_scale) != 1:
+            return reference.ragged_paged_attention(q, k_pages, v_pages, *args, k_scale=k_scale,
+                                                    v_scale=v_scale, **kw)
+        hq, hkv = q.shape[1], k_pages.shape[2]
+        heads = np.arange(hq) // (hq // hkv)          # GQA expanded: one KV head per query head
+        wrong = np.arange(hq) % hkv                   # the scale index the kernel used
+        return reference.ragged_paged_attention(q, k_pages[:, :, heads], v_pages[:, :, heads], *args,
+                                                k_scale=np.asarray(k_scale)[wrong],
+                                                v_scale=np.asarray(v_scale)[wrong], **kw)
+
+
+@mutant(op="write_kv", clause="PA-48",
+        description="quantizes every written token with the scales beside the first written slot")
+class WriteKvFirstTokenScale(Mutant):
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
+        if np.ndim(k_scale) == 3 and (slot_mapping >= 0).any():
+            page_size = k_pages.shape[1]
+            first = int(slot_mapping[slot_mapping >= 0][0])
+            k_scale = np.broadcast_to(k_scale[first // page_size, first % page_size], k_scale.shape).copy()
+            v_scale = np.broadcast_to(v_scale[first // page_size, first % page_size], v_scale.shape).copy()
+        return reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)

@@ -9,6 +9,7 @@ skipped tokens (PA-41). Sizes stay small so interpreters run an example in well 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -62,6 +63,9 @@ ATTENTION_VARIANTS = (
     Variant("combined", ("sliding_window", "soft_cap", "sinks", "quantized_kv"),
             ("PA-15", "PA-16", "PA-17", "PA-18", "PA-19")),
     Variant("long", (), ("PA-6", "PA-7", "PA-14"), long=True),
+    # scales per KV head and per token and head beside the pages (PA-48)
+    Variant("per_head_scales", ("quantized_kv", "per_head_scales"), ("PA-18", "PA-19", "PA-48")),
+    Variant("per_token_scales", ("quantized_kv", "per_token_scales"), ("PA-18", "PA-19", "PA-48")),
     # head counts where TPU-style head blocks split the KV heads (PA-47): 8, 16, 32 KV heads
     Variant("many_kv_heads", (), ("PA-12", "PA-47")),
     Variant("combined_layout", (), ("PA-36", "PA-39"), layout="combined"),
@@ -70,6 +74,8 @@ ATTENTION_VARIANTS = (
 WRITE_VARIANTS = (
     Variant("base", (), ("PA-41", "PA-43", "PA-45")),
     Variant("quantized_kv", ("quantized_kv",), ("PA-44",)),
+    Variant("per_head_scales", ("quantized_kv", "per_head_scales"), ("PA-44", "PA-48")),
+    Variant("per_token_scales", ("quantized_kv", "per_token_scales"), ("PA-44", "PA-48")),
 )
 #: long column: keys per sequence when the backend documents no split-KV threshold (OpClaims.limits
 #: "split_kv_min_keys"); several 16-token pages per kernel tile and several tiles per sequence.
@@ -217,6 +223,7 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     if quantized:
         kwargs["k_scale"] = draw(st.sampled_from(SCALES))
         kwargs["v_scale"] = draw(st.sampled_from(SCALES))
+    scale_shape = _scale_shape(variant, num_pages, page_size, hkv)
     sink_mode = draw(st.sampled_from(("finite", "one_minus_inf"))) if "sinks" in variant.features else None
     if "return_scores" in variant.features:
         kwargs["return_scores"] = True
@@ -226,6 +233,9 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     q = floats(rng, (T, hq, head_dim), q_dtype, max_exp=q_max_exp)
     k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
     v_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
+    if scale_shape is not None:   # PA-48: one scale per KV head, or per token slot and KV head
+        kwargs["k_scale"] = rng.choice(np.array(SCALES, np.float32), size=scale_shape)
+        kwargs["v_scale"] = rng.choice(np.array(SCALES, np.float32), size=scale_shape)
     if sink_mode is not None:
         sinks = (rng.standard_normal(hq) * 2).astype(np.float32)
         if sink_mode == "one_minus_inf":
@@ -257,6 +267,43 @@ def canonical_inputs(x: dict) -> dict:
         return x
     k, v = canonical_kv(x["k_pages"], x["v_pages"], layout, x["q"].shape[2])
     return dict(x, k_pages=k, v_pages=v, kv_layout="separate")
+
+
+def token_scales(scale, slot_mapping: np.ndarray, page_size: int):
+    """The scale each token of a write_kv call is stored with, broadcastable to k [N, Hkv, D] (PA-48);
+    skipped tokens (slot < 0) get the scale of slot 0 (they are never stored)."""
+    if np.ndim(scale) == 0:
+        return scale
+    scale = np.asarray(scale, np.float32)
+    if scale.ndim == 1:
+        return scale[None, :, None]
+    slots = np.maximum(slot_mapping, 0)
+    return scale[slots // page_size, slots % page_size][:, :, None]
+
+
+def _scale_shape(variant: Variant, num_pages: int, page_size: int, hkv: int):
+    if "per_head_scales" in variant.features:
+        return (hkv,)
+    if "per_token_scales" in variant.features:
+        return (num_pages, page_size, hkv)
+    return None
+
+
+def with_scale_regions(regions: list, x: dict) -> tuple[PoisonRegion, ...]:
+    """Per-token scales beside a don't-care slot are don't-care too (PA-48): each K/V page region gets its
+    twin in k_scale / v_scale (same name, same page and slot index)."""
+    out = list(regions)
+    for pages, scale in (("k_pages", "k_scale"), ("v_pages", "v_scale")):
+        arr = x.get(scale)
+        if not (isinstance(arr, np.ndarray) and arr.ndim == 3):
+            continue
+        for r in regions:
+            if r.input == pages:
+                index = r.index if not isinstance(r.index, np.ndarray) else r.index
+                if isinstance(index, tuple):
+                    index = index[:2]
+                out.append(dataclasses.replace(r, input=scale, index=index, what=r.what + " (and its scale)"))
+    return tuple(out)
 
 
 def attention_poison_regions(x: dict, used: list[int], unused_pages) -> tuple[PoisonRegion, ...]:
@@ -295,7 +342,7 @@ def attention_poison_regions(x: dict, used: list[int], unused_pages) -> tuple[Po
                                         "metadata rows of sequences >= num_seqs", METADATA_POISON))
         regions.append(PoisonRegion("spare_metadata", "cu_q_lens", (slice(n + 1, None),), "PA-5",
                                     "cu_q_lens entries past num_seqs + 1", METADATA_POISON))
-    return tuple(regions)
+    return with_scale_regions(regions, x)
 
 
 @st.composite
@@ -325,14 +372,19 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
         big = 9   # reach saturation of the storage format (PA-44)
         # values within an ulp of the format's rounding ties and saturation edges (PA-44)
         boundary = x_dtype in ("float32", "float64") and draw(st.booleans())
+    scale_shape = _scale_shape(variant, num_pages, page_size, hkv)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
     v_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
     k = floats(rng, (len(slot_mapping), hkv, head_dim), x_dtype, max_exp=big)
     v = floats(rng, (len(slot_mapping), hkv, head_dim), x_dtype, max_exp=big)
+    if scale_shape is not None:   # PA-48: per KV head, or per slot and KV head beside the pages
+        kwargs["k_scale"] = rng.choice(np.array(SCALES + BOUNDARY_SCALES, np.float32), size=scale_shape)
+        kwargs["v_scale"] = rng.choice(np.array(SCALES + BOUNDARY_SCALES, np.float32), size=scale_shape)
     if boundary:
-        k, v = (quantization_ties(rng, a, kv_dtype, kwargs[s]) for a, s in ((k, "k_scale"), (v, "v_scale")))
+        k, v = (quantization_ties(rng, a, kv_dtype, token_scales(kwargs[s], slot_mapping, page_size))
+                for a, s in ((k, "k_scale"), (v, "v_scale")))
     inputs = dict(k_pages=k_pages, v_pages=v_pages, k=k, v=v, slot_mapping=slot_mapping, **kwargs)
     params = dict(dtype=x_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hkv=hkv,
                   num_pages=num_pages, tokens=len(slot_mapping), variant=variant.name)
@@ -346,6 +398,7 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
                    for name in ("k", "v")) + \
         tuple(PoisonRegion("unwritten_slots", name, keep, "PA-45", "pool slots no token writes")
               for name in ("k_pages", "v_pages"))
+    poison = with_scale_regions(list(poison), inputs)
     return Case("write_kv", inputs, params, seed, poison=poison)
 
 
@@ -374,8 +427,8 @@ def _sequence_bounds(x: dict, i: int):
     lo = 0 if window is None else max(0, first - int(window) + 1)
     tokens = np.arange(lo, kv_len)
     where = (x["page_indices"][i, tokens // page_size], tokens % page_size)
-    k = np.abs(dtypes.upcast(x["k_pages"][where], x.get("k_scale")))          # [n, Hkv, D]
-    v = dtypes.upcast(x["v_pages"][where], x.get("v_scale"))
+    k = np.abs(dequantized(x["k_pages"], x.get("k_scale"), where))          # [n, Hkv, D]
+    v = dequantized(x["v_pages"], x.get("v_scale"), where)
     q = np.abs(dtypes.upcast(x["q"][x["cu_q_lens"][i]:x["cu_q_lens"][i + 1]]))  # [q_len, Hq, D]
     group = q.shape[1] // k.shape[1]
     dots = np.einsum("thd,jhd->thj", q, np.repeat(k, group, axis=1))          # sum_d |q||k|
@@ -384,6 +437,18 @@ def _sequence_bounds(x: dict, i: int):
     sm = x.get("sm_scale") or x["q"].shape[2] ** -0.5
     S_i = float(sm * np.max(np.where(visible[:, None, :], dots, 0.0)))
     return float(np.max(np.abs(v))), S_i, n_i
+
+
+def dequantized(pages: np.ndarray, scale, where) -> np.ndarray:
+    """float64 values of the tokens at `where` = (pages, slots), with a scalar, per-head or per-token
+    scale (PA-19, PA-48)."""
+    values = dtypes.upcast(pages[where])
+    if scale is None:
+        return values
+    if np.ndim(scale) == 0:
+        return values * np.float64(np.float32(scale))
+    scale = np.asarray(scale, np.float64)
+    return values * (scale[None, :, None] if scale.ndim == 1 else scale[where][:, :, None])
 
 
 def attention_checks(case: Case, expected: dict, actual: dict) -> dict:
@@ -454,9 +519,13 @@ def _attention_diagnosis(case: Case) -> list:
         found.append(("cache in the separate layout", dict_case(case, canonical_inputs(x))))
         return [v for v in found if v is not None]
     if dtypes.is_quantized_dtype(x["k_pages"].dtype):
-        plain = dict(k_pages=dtypes.upcast(x["k_pages"], x.get("k_scale")).astype(np.float32),
-                     v_pages=dtypes.upcast(x["v_pages"], x.get("v_scale")).astype(np.float32))
-        found.append(without(dict_case(case, plain), "KV dequantized to float32", k_scale=None, v_scale=None))
+        if np.ndim(x.get("k_scale")) == 0:
+            plain = dict(k_pages=dtypes.upcast(x["k_pages"], x.get("k_scale")).astype(np.float32),
+                         v_pages=dtypes.upcast(x["v_pages"], x.get("v_scale")).astype(np.float32))
+            found.append(without(dict_case(case, plain), "KV dequantized to float32", k_scale=None, v_scale=None))
+        else:
+            found.append(without(case, "one scale per tensor", k_scale=np.float32(np.ravel(x["k_scale"])[0]),
+                                 v_scale=np.float32(np.ravel(x["v_scale"])[0])))
     return [v for v in found if v is not None]
 
 
@@ -464,8 +533,12 @@ def _write_kv_diagnosis(case: Case) -> list:
     x = case.inputs
     found = [widened(case, ("k", "v"), "k/v widened to float32")]
     if x.get("k_scale") is not None:
-        pow2 = {s: float(2.0 ** np.round(np.log2(float(x[s])))) for s in ("k_scale", "v_scale")}
+        pow2 = {s: (2.0 ** np.round(np.log2(np.asarray(x[s], np.float64)))).astype(np.float32)
+                for s in ("k_scale", "v_scale")}
         found.append(without(case, "power-of-two scales", **pow2))
+        if np.ndim(x["k_scale"]):
+            found.append(without(case, "one scale per tensor", k_scale=np.float32(np.ravel(x["k_scale"])[0]),
+                                 v_scale=np.float32(np.ravel(x["v_scale"])[0])))
     return [v for v in found if v is not None]
 
 

@@ -62,7 +62,7 @@ def poison_value(name: str):
 
 
 def quantization_ties(rng: np.random.Generator, like: np.ndarray, storage: str, scale) -> np.ndarray:
-    """Values of `like`'s dtype whose quotient by `scale` lies within 2 float32 ulps of a rounding tie of
+    """Values of `like`'s dtype (scale: a scalar or an array broadcastable to it) whose quotient by `scale` lies within 2 float32 ulps of a rounding tie of
     `storage` (float8 or int8): midpoints between adjacent finite values (subnormals included), the
     saturation edge past the largest value, and values far beyond it; 30% stay as in `like`.
 
@@ -71,7 +71,8 @@ def quantization_ties(rng: np.random.Generator, like: np.ndarray, storage: str, 
     grid = np.unique(finite_values(storage).astype(np.float64))
     top, step = grid[-1], grid[-1] - grid[-2]
     targets = np.concatenate([(grid[:-1] + grid[1:]) / 2, [top + step / 2, -(top + step / 2), 3 * top, -3 * top]])
-    x = (targets[rng.integers(0, targets.size, size=like.shape)] * float(np.float32(scale))).astype(np.float32)
+    x = (targets[rng.integers(0, targets.size, size=like.shape)]
+         * np.asarray(scale, np.float32).astype(np.float64)).astype(np.float32)
     bits = x.view(np.int32) + rng.integers(-2, 3, size=like.shape).astype(np.int32)
     nudged = np.where(x != 0, bits, x.view(np.int32)).view(np.float32)
     keep = rng.random(like.shape) < 0.3

@@ -238,7 +238,7 @@ def test_write_kv_differential(kvc, variant):
 # and a numeric error are two findings, and the diagnosis names the region that leaks.
 
 POISON_VARIANTS = tuple(v for v in pa.ATTENTION_VARIANTS if v.name in ("base", "sliding_window", "combined",
-                                                                        "return_scores"))
+                                                                        "return_scores", "per_token_scales"))
 
 
 @conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-5", "PA-24", "PA-25", "NU-11"))

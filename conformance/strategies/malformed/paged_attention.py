@@ -239,6 +239,17 @@ def _flat_hidden_not_divisible(draw, x, claims):
     return {"k_pages": np.array(x["k_pages"][:, :, :-1], copy=True)}
 
 
+def _scale_shape_wrong(draw, x, claims):
+    arr = np.asarray(x["k_scale"])
+    return {"k_scale": np.concatenate([arr.ravel(), arr.ravel()[:1]]).astype(np.float32)}
+
+
+def _head_scale_not_positive(draw, x, claims):
+    arr = np.array(x["k_scale"], copy=True)
+    arr[index(draw, arr.shape[0])] = draw(st.sampled_from((0.0, -1.0, float("nan"), float("inf"))))
+    return {"k_scale": arr}
+
+
 def _needs_quantized(claims: OpClaims):
     if not any(d in (claims.kv_dtypes or ()) for d in pa.QUANT_KV_DTYPES):
         return "no quantized KV dtype claimed"
@@ -305,6 +316,10 @@ ATTENTION_RULES = (
          features=("quantized_kv",), requires=_needs_quantized),
     rule("scale_invalid", ("PA-29", "PA-18"), ("k_scale", "v_scale"),
          "k_scale and v_scale must be finite and > 0 as float32", _scale_invalid, variant=_ATT["quantized_kv"]),
+    rule("scale_shape_wrong", ("PA-48",), "k_scale", "k_scale is a scalar, [Hkv] or [P, page_size, Hkv]",
+         _scale_shape_wrong, variant=_ATT["per_head_scales"]),
+    rule("head_scale_not_positive", ("PA-48",), "k_scale", "per-head scales are finite and > 0",
+         _head_scale_not_positive, variant=_ATT["per_head_scales"]),
     rule("kv_layout_unknown", ("PA-39",), "kv_layout", "kv_layout must be separate, combined or flat",
          _layout_unknown, variant=_ATT["combined_layout"]),
     rule("combined_with_v_pages", ("PA-39", "PA-36"), "v_pages",
