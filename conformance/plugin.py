@@ -17,7 +17,7 @@ import pytest
 from . import artifacts, expectations, profiles
 from .harness import Harness
 from .rejection import InvalidErrorCase
-from .worker import BackendCrash, BackendUnavailable, InProcess, Worker
+from .worker import BackendCrash, BackendUnavailable, ClaimsUnreadable, InProcess, Worker
 
 FINAL = {"pass", "fail", "crash", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error"}
 
@@ -84,6 +84,9 @@ class RunState:
                 w = Worker(spec, timeout=timeout)
             try:
                 description = w.describe()
+            except ClaimsUnreadable as exc:
+                description = {"name": spec, "available": False, "reason": f"claims cannot be read: {exc}",
+                               "claims_error": str(exc), "capabilities": {}}
             except BackendUnavailable as exc:
                 description = {"name": spec, "available": False, "reason": str(exc), "capabilities": {}}
             self.workers[spec] = (w, description)

@@ -47,6 +47,11 @@ class BackendUnavailable(Exception):
     """The backend could not be loaded in the worker."""
 
 
+class ClaimsUnreadable(BackendUnavailable):
+    """The backend loaded, but describe() (its availability or capabilities) raised: nothing can be
+    checked, and a run must not end green (the error is the message)."""
+
+
 def _serve(conn, spec: str, fault_path: str | None = None) -> None:
     """Worker main loop (runs in the child). A fatal signal dumps the Python stacks to `fault_path`, so
     that a crash report can say where the backend died (the process itself can tell nobody)."""
@@ -56,9 +61,13 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
     from kvconform import backends
     try:
         backend = backends.load(spec)
-        conn.send(("ok", backend.describe()))
-    except Exception as exc:  # BackendLoadError or a broken describe()
+    except Exception as exc:  # BackendLoadError
         conn.send(("error", (type(exc).__name__, str(exc), "")))
+        return
+    try:
+        conn.send(("ok", backend.describe()))
+    except Exception as exc:  # availability() or capabilities() raised: the claims cannot be read
+        conn.send(("claims-error", (type(exc).__name__, str(exc), traceback.format_exc(limit=6))))
         return
     while True:
         try:
@@ -151,6 +160,9 @@ class Worker:
             code = proc.exitcode
             self.stop()
             raise BackendUnavailable(f"backend {self.spec!r} worker died while loading (exit code {code})")
+        if status == "claims-error":
+            self.stop()
+            raise ClaimsUnreadable(f"{payload[0]}: {payload[1]}")
         if status != "ok":
             self.stop()
             raise BackendUnavailable(payload[1])
@@ -263,7 +275,10 @@ class InProcess:
         from kvconform import backends
         self.spec = spec
         self.backend = backends.load(spec)
-        self.description = self.backend.describe()
+        try:
+            self.description = self.backend.describe()
+        except Exception as exc:
+            raise ClaimsUnreadable(f"{type(exc).__name__}: {exc}") from None
         self.restarts = 0
 
     def describe(self) -> dict:

@@ -63,6 +63,7 @@ def assemble(records: list[dict], *, backends: dict, run: dict) -> dict:
         "expectations": {"entries": run.get("expectations", []),
                          "unmatched": [e.to_json() for e in expectations_mod.unmatched(entries, records)]},
         "summary": dict(Counter(r["status"] for r in records)),
+        "counts": split_counts(records),
         "matrix": matrix(records),
         "layers": layers(records),
         "results": sorted(records, key=lambda r: (r.get("backend", ""), r.get("op", ""), r["id"])),
@@ -94,6 +95,27 @@ def layers(records: list[dict]) -> list[dict]:
             for (b, layer), c in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99), kv[0][1]))]
 
 
+#: layers that compare numbers (or exact results) with the spec; "errors" checks rejections of malformed input
+NUMERICAL_LAYERS = ("golden", "differential", "property", "stateful")
+
+
+def layer_group(record: dict) -> str:
+    return "errors" if record.get("layer") == "errors" else "numerical"
+
+
+def split_counts(records: list[dict]) -> dict:
+    """{backend: {"numerical": {status: n}, "errors": {status: n}}}: counts that do not flatter (a run of
+    rejection tests is never reported as numerical conformance)."""
+    out: dict = defaultdict(lambda: {"numerical": Counter(), "errors": Counter()})
+    for r in records:
+        out[r.get("backend", "?")][layer_group(r)][r["status"]] += 1
+    return {b: {g: dict(c) for g, c in groups.items()} for b, groups in sorted(out.items())}
+
+
+def counts_text(counts: dict) -> str:
+    return ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s)) or "none"
+
+
 def cell_status(counts: dict) -> str:
     """Worst status of a cell (fail > crash > error > xpass > xfail > pass > unsupported)."""
     for status in STATUS_ORDER:
@@ -104,12 +126,9 @@ def cell_status(counts: dict) -> str:
 
 def summary_lines(report: dict) -> list[str]:
     lines = []
-    by_backend: dict = defaultdict(Counter)
-    for r in report["results"]:
-        by_backend[r.get("backend", "?")][r["status"]] += 1
-    for backend, counts in sorted(by_backend.items()):
-        parts = ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s))
-        lines.append(f"{backend}: {parts}")
+    for backend, groups in (report.get("counts") or split_counts(report["results"])).items():
+        lines.append(f"{backend}: numerical tests {counts_text(groups.get('numerical', {}))}; "
+                     f"errors layer (rejection tests) {counts_text(groups.get('errors', {}))}")
     for r in report["results"]:
         if r["status"] in ("fail", "crash", "error", "xpass"):
             lines.append(f"  {r['status'].upper()} {r.get('backend')} {r.get('op')} "
@@ -118,7 +137,34 @@ def summary_lines(report: dict) -> list[str]:
                 lines.append(f"    replay: kvconform replay {r['repro']}")
     for e in report["expectations"]["unmatched"]:
         lines.append(f"  unmatched expectation ({e['source']}): {e['test']} [{e['backend']}]")
+    for problem in unchecked(report):
+        lines.append(f"  NOT CHECKED {problem}")
     return lines
+
+
+def unchecked(report: dict, ops: list[str] | None = None) -> list[str]:
+    """Why a green run would claim more than it checked: a backend whose claims could not be read, or a
+    claimed op (among `ops`, default: every op of the run) of which no numerical test ran."""
+    problems = []
+    ran: dict = defaultdict(set)
+    seen_ops = set()
+    for r in report["results"]:
+        seen_ops.add(r.get("op"))
+        if layer_group(r) == "numerical" and r["status"] not in ("unsupported", "skip"):
+            ran[r.get("backend")].add(r.get("op"))
+    wanted = set(ops) if ops else seen_ops
+    for name, desc in sorted(report.get("backends", {}).items()):
+        if desc.get("claims_error"):
+            problems.append(f"{name}: its claims cannot be read ({desc['claims_error']}); nothing was checked")
+            continue
+        if not desc.get("available", True):
+            continue
+        claimed = set(desc.get("capabilities", {})) & wanted
+        if not claimed:
+            problems.append(f"{name}: claims none of the requested ops ({', '.join(sorted(wanted)) or '-'})")
+        for op in sorted(claimed - ran[name]):
+            problems.append(f"{name}: claims {op}, but no numerical test of it ran")
+    return problems
 
 
 def _load_backends(out: Path) -> dict:

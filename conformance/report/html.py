@@ -136,8 +136,15 @@ def _backends(report: dict) -> str:
 
 
 def render(report: dict) -> str:
-    summary = report.get("summary", {})
-    totals = " ".join(f"{badge(s)} {summary[s]}" for s in STATUS_ORDER if summary.get(s))
+    from .build import split_counts
+    totals = "".join(
+        f"<div class=counts><b>{e(b)}</b>: numerical tests "
+        + (" ".join(f"{badge(s)} {g.get('numerical', {})[s]}" for s in STATUS_ORDER if g.get('numerical', {}).get(s))
+           or "none")
+        + " &middot; errors layer (rejection tests) "
+        + (" ".join(f"{badge(s)} {g.get('errors', {})[s]}" for s in STATUS_ORDER if g.get('errors', {}).get(s))
+           or "none") + "</div>"
+        for b, g in (report.get("counts") or split_counts(report.get("results", []))).items())
     unmatched = report.get("expectations", {}).get("unmatched", [])
     um = "".join(f"<li><code>{e(x['test'])}</code> ({e(x['backend'])}): {e(x['reason'])}</li>" for x in unmatched)
     return f"""<!DOCTYPE html>
@@ -148,7 +155,7 @@ def render(report: dict) -> str:
 <h1>kvconform report</h1>
 <p>suite {e(report['suite_version'])}, spec {e(report['spec_version'])}, profile <b>{e(report.get('profile'))}</b>,
 created {e(report.get('created'))}, Python {e(report.get('platform', {}).get('python', ''))}</p>
-<p id="totals">{totals}</p>
+<div id="totals">{totals}</div>
 <h2>Matrix</h2>{_matrix(report)}
 {_layers(report)}
 <h2>Backends</h2>{_backends(report)}

@@ -21,8 +21,10 @@ def render(report: dict) -> str:
     lines = [f"# kvconform report", "",
              f"suite {report['suite_version']}, spec {report['spec_version']}, profile `{report['profile']}`, "
              f"created {report['created']}", ""]
-    summary = report.get("summary", {})
-    lines.append("**Totals:** " + ", ".join(f"{summary[s]} {s}" for s in STATUS_ORDER if summary.get(s)))
+    from .build import counts_text, split_counts
+    for backend, groups in (report.get("counts") or split_counts(report.get("results", []))).items():
+        lines.append(f"**{backend}:** numerical tests {counts_text(groups.get('numerical', {}))}; "
+                     f"errors layer (rejection tests) {counts_text(groups.get('errors', {}))}  ")
     lines += ["", "## Backends × ops × features", "", "| backend | op | feature | result | headroom |",
               "|---|---|---|---|---|"]
     for cell in report["matrix"]:

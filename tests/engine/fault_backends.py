@@ -114,3 +114,29 @@ class MisspelledFeature(_OnlyWriteKv):
 
 def make_misspelled():
     return MisspelledFeature()
+
+
+class BrokenCapabilities(_OnlyWriteKv):
+    """capabilities() raises: the run must fail ("claims cannot be read"), never pass as unsupported."""
+    name = "broken-claims"
+
+    def capabilities(self):
+        raise RuntimeError("driver not initialised")
+
+
+class ClaimsNothingUsable(_OnlyWriteKv):
+    """Claims write_kv but no dtype: every test is unsupported, so nothing numerical is checked."""
+    name = "claims-nothing"
+
+    def capabilities(self):
+        import dataclasses
+        claims = super().capabilities()["write_kv"]
+        return {"write_kv": dataclasses.replace(claims, dtypes=(), kv_dtypes=())}
+
+
+def make_broken_capabilities():
+    return BrokenCapabilities()
+
+
+def make_claims_nothing():
+    return ClaimsNothingUsable()

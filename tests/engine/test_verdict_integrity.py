@@ -193,3 +193,28 @@ def test_recurrent_bound_grows_with_each_sequences_own_length():
     checks = rs.CHECKS["rwkv6_wkv"](case, dict(fields), dict(fields))
     atol = np.broadcast_to(checks["out"][0].atol, expected.out.shape)
     assert atol[0].max() * 10 < atol[1].max()   # token 0 (1-token sequence) vs token 1 (20 tokens)
+
+
+# --- green means checked; counts that do not flatter ----------------------------------------------
+
+@pytest.mark.parametrize("factory, why", [("make_broken_capabilities", "claims cannot be read"),
+                                          ("make_claims_nothing", "no numerical test of it ran")])
+def test_a_run_that_checked_nothing_is_not_green(cli, tmp_path, factory, why):
+    """A backend whose capabilities() raised was reported unsupported everywhere with exit 0."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", f"fault_backends:{factory}", "--ops", "write_kv", "--profile", "ci",
+               "--out", str(out))
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "NOT CHECKED" in proc.stdout and why in proc.stdout
+
+
+def test_numerical_and_rejection_tests_are_counted_apart(cli, tmp_path):
+    out = tmp_path / "out"
+    assert cli("run", "--backend", "numpy", "--ops", "write_kv", "--profile", "ci", "--out", str(out)).returncode == 0
+    report = cli.report(out)
+    counts = report["counts"]["numpy"]
+    n_errors = sum(1 for r in report["results"] if r["layer"] == "errors")
+    assert counts["errors"]["pass"] == n_errors and counts["numerical"]["pass"] == len(report["results"]) - n_errors
+    md = (out / "report.md").read_text()
+    assert "numerical tests" in md and "errors layer (rejection tests)" in md
+    assert "errors layer (rejection tests)" in (out / "report.html").read_text()
