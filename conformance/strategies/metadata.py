@@ -170,9 +170,11 @@ def commands(draw, state: dict, P: int, *, max_append: int = 5):
     sinks = dict(zip(ids, (int(n) for n in state["sinks"])))
     windows = dict(zip(ids, (int(n) for n in state["windows"])))
     new_id = draw(st.integers(0, 6).filter(lambda s: s not in ids)) if len(ids) < 7 else None
-    options = (["add"] if new_id is not None else []) + (["append", "fork", "pop", "remove", "window"] if ids else [])
+    # weighted: appends and forks grow the shared structure the manager clauses are about
+    options = (["add"] if new_id is not None else []) + \
+        (["append", "fork", "append", "fork", "pop", "remove", "window", "append"] if ids else [])
     if new_id is None:
-        options.remove("fork")
+        options = [o for o in options if o != "fork"]
     command = draw(st.sampled_from(options))
     if command == "add":
         return dict(command="add", seq=new_id)
@@ -185,7 +187,8 @@ def commands(draw, state: dict, P: int, *, max_append: int = 5):
         return dict(command="remove", seq=seq)
     if command == "fork":
         top = sinks[seq] if windows[seq] else lens[seq]
-        return dict(command="fork", seq=new_id, parent=seq, pos=draw(st.integers(0, min(top, lens[seq]))))
+        top = min(top, lens[seq])
+        return dict(command="fork", seq=new_id, parent=seq, pos=top - draw(st.integers(0, top)))
     window = draw(st.integers(1, 2 * P + 2))
     return dict(command="window", seq=seq, window=window, sink=draw(st.integers(0, window - 1)))
 
@@ -212,7 +215,10 @@ def page_table_step_cases(draw, claims: OpClaims, *, min_history: int = 0):
     """A state reached by a few valid reference steps from empty, and one more valid command."""
     P = _page_size(draw, claims)
     state = reference.empty_page_table(NUM_PAGES)
-    for _ in range(draw(st.integers(min_history, 6))):
+    if draw(st.booleans()):     # most histories start from one sequence with tokens
+        state = state_of(step(state, P, dict(command="add", seq=0)))
+        state = state_of(step(state, P, dict(command="append", seq=0, n=draw(st.integers(1, 3 * P)))))
+    for _ in range(draw(st.integers(min_history, 8))):
         out = step(state, P, draw(commands(state, P)))
         assume(out is not None)
         state = state_of(out)
