@@ -34,6 +34,7 @@ OPS: dict[str, str] = {
     "arena_layout": "metadata",
     "slot_mapping_from_arena": "metadata",
     "page_table_step": "metadata",
+    "ragged_paged_attention_csr": "metadata",
 }
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "block_table_to_csr", "csr_to_block_table", "append_slot_mapping",
     "arena_layout", "pack_arena", "arena_views", "slot_mapping_from_arena",
     "empty_page_table", "page_table_step", "MANAGER_COMMANDS", "ARENA_ORDER",
+    "ragged_paged_attention_csr",
 ]
 
 I32 = np.int32
@@ -439,3 +440,31 @@ def page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks,
     return PageTableState(np.array(ids, I32), np.array(lens, I32), indptr, flat, np.array(refs, I32),
                           np.array(sks, I32), np.array(wns, I32), last,
                           np.array(copies, I32).reshape(-1, 3), np.array(slots, I32))
+
+
+# --- MD-23: attention over the CSR layout ---------------------------------------------------------
+
+def ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, *,
+                               sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
+                               k_scale=None, v_scale=None):
+    """`ragged_paged_attention` (spec/paged_attention.md) with its page table in CSR form (MD-23).
+
+    q: [T, Hq, D] float; k_pages, v_pages: [P, page_size, Hkv, D]; qo_indptr: i32[S+1] (= cu_q_lens,
+    MD-7); kv_indptr i32[S+1], kv_indices i32[nnz], kv_last_page_len i32[S] (MD-2 .. MD-4), page_size
+    taken from k_pages. Every sequence counts (num_seqs = S). Options as ragged_paged_attention (no
+    per-token scores). Returns out: float64[T, Hq, D], identical to the block-table call on
+    csr_to_block_table's conversion (MD-5).
+    """
+    k = np.asarray(k_pages)
+    require(k.ndim == 4, f"k_pages must have rank 4 [P, page_size, Hkv, D], got shape {tuple(k.shape)}")
+    P = int(k.shape[1])
+    indptr, _, _, _ = validate_csr(kv_indptr, kv_indices, kv_last_page_len, P)
+    qo = int_input("qo_indptr", qo_indptr, 1, "[S+1]")
+    S = indptr.shape[0] - 1
+    require(qo.shape[0] == S + 1, f"qo_indptr must have shape [S+1] = ({S + 1},) like kv_indptr, got {tuple(qo.shape)}")
+    width = max(1, int(np.diff(indptr).max()) if S else 1)
+    table = csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, P, width)
+    from .paged_attention import ragged_paged_attention
+    return ragged_paged_attention(q, k_pages, v_pages, table.kv_lens, table.page_indices, qo.astype(I32), S,
+                                  sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap,
+                                  sinks=sinks, k_scale=k_scale, v_scale=v_scale)

@@ -133,3 +133,14 @@ class ForkInSinkRejected(Mutant):
                 raise ValueError(f"parent={parent} has a sliding window and cannot be forked")
         return reference.page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows,
                                          page_size, command, seq, n, parent, pos, window, sink)
+
+
+@mutant(op="ragged_paged_attention_csr", clause="MD-23",
+        description="kv_len from the CSR table as pages * page_size (kv_last_page_len ignored: last page full)")
+class CsrLastPageTakenFull(Mutant):
+    def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                                   **options):
+        pages = np.diff(np.asarray(kv_indptr))
+        full = np.where(pages > 0, np.asarray(k_pages).shape[1], 0).astype(I32)
+        return reference.ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, full,
+                                                    **options)

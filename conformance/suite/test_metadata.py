@@ -345,3 +345,45 @@ test_append_slot_mapping_rejects = _errors("append_slot_mapping")
 test_arena_layout_rejects = _errors("arena_layout")
 test_slot_mapping_from_arena_rejects = _errors("slot_mapping_from_arena")
 test_page_table_step_rejects = _errors("page_table_step")
+
+
+# --- MD-23: attention over the CSR layout ------------------------------------------------------------
+
+@conformance_test(op="ragged_paged_attention_csr", layer="golden", clauses=("MD-3", "MD-23"))
+def test_attention_csr_golden(kvc):
+    """P = 2, one KV head, D = 2. Sequence 0: pages [1, 0], kv_len (2-1)*2 + 1 = 3, one query row at
+    position 2 with q = 0: equal weights over keys 0..2, out = mean(v) = ([3,0] + [0,3] + [3,3]) / 3
+    = [2, 2]; slot 1 of page 0 (past the last-page length) holds 100 and must not be read. Sequence 1
+    is empty with no rows."""
+    kvc.require(kvc.claims(), dtype="float32", kv_dtype="float32", page_size=2, head_dim=2)
+    k = np.zeros((2, 2, 1, 2), np.float32)
+    v = np.zeros((2, 2, 1, 2), np.float32)
+    v[1, 0, 0], v[1, 1, 0], v[0, 0, 0], v[0, 1, 0] = (3, 0), (0, 3), (3, 3), (100, 100)
+    case = Case("ragged_paged_attention_csr",
+                dict(q=np.zeros((1, 1, 2), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, 1),
+                     kv_indptr=a(0, 2, 2), kv_indices=a(1, 0), kv_last_page_len=a(1, 0)),
+                dict(dtype="float32", kv_dtype="float32", page_size=2, head_dim=2, hq=1, num_seqs=2, layout="csr"))
+    kvc.expect(case, kvc.call(case), np.array([[[2.0, 2.0]]]), what="hand-worked value")
+
+
+@conformance_test(op="ragged_paged_attention_csr", layer="differential", clauses=("MD-2", "MD-3", "MD-4", "MD-23"))
+@pytest.mark.parametrize("variant", md.csr_attention_variants(), ids=str)
+def test_attention_csr_differential(kvc, variant):
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check)
+
+
+@conformance_test(op="ragged_paged_attention_csr", layer="property", clauses=("MD-5", "MD-23"))
+def test_attention_csr_equals_block_table(kvc):
+    """The backend's CSR call and its block-table call (ragged_paged_attention) on the same cache agree
+    within the attention contract (MD-23)."""
+    claims = kvc.claims()
+    kvc.claims("ragged_paged_attention")
+    kvc.claims("ragged_paged_attention_csr")
+
+    def body(case):
+        plain = Case("ragged_paged_attention", md.block_table_inputs(case.inputs), dict(case.params, layout="block"),
+                     case.seed)
+        kvc.expect(case, kvc.call(case), kvc.call(plain), what="the block-table call")
+    kvc.for_all(md.attention_csr_cases(claims, md.csr_attention_variants()[0]), body, budget=0.5)
+test_ragged_paged_attention_csr_rejects = _errors("ragged_paged_attention_csr")

@@ -216,3 +216,23 @@ def test_manager_rejects_inconsistent_state():
     bad = dict(m.state, seq_lens=a(5))
     with pytest.raises(ValueError, match="seq_lens"):
         r.page_table_step(**bad, page_size=2, command="add", seq=1)
+
+
+# --- MD-23: attention over the CSR layout ------------------------------------------------------------
+
+def test_attention_csr_golden():
+    # P = 2, D = 2, pages [1, 0], kv_len 3, q = 0: equal weights: out = mean of v over keys 0..2 = [2, 2];
+    # slot 1 of page 0 (past the last-page length 1) holds 100 and is not read.
+    k = np.zeros((2, 2, 1, 2), np.float32)
+    v = np.zeros((2, 2, 1, 2), np.float32)
+    v[1, 0, 0], v[1, 1, 0], v[0, 0, 0], v[0, 1, 0] = (3, 0), (0, 3), (3, 3), (100, 100)
+    out = r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, v, a(0, 1, 1), a(0, 2, 2), a(1, 0), a(1, 0))
+    np.testing.assert_array_equal(out, [[[2.0, 2.0]]])
+
+
+def test_attention_csr_rejects_bad_csr():
+    k = np.zeros((2, 2, 1, 2), np.float32)
+    with pytest.raises(ValueError, match="kv_last_page_len"):
+        r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1), a(0, 1), a(1), a(3))
+    with pytest.raises(ValueError, match="qo_indptr"):
+        r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1, 1), a(0, 1), a(1), a(1))

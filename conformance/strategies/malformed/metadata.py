@@ -17,7 +17,12 @@ _VALID = {"block_table_to_csr": md.block_table_to_csr_cases, "csr_to_block_table
           "slot_mapping_from_arena": md.slot_mapping_from_arena_cases}
 
 
+VARIANTS["ragged_paged_attention_csr"] = md.csr_attention_variants()
+
+
 def valid(op: str, claims, variant):
+    if op == "ragged_paged_attention_csr":
+        return md.attention_csr_cases(claims, variant)
     if op == "page_table_step":
         return md.page_table_step_cases(claims, min_history=2)
     return _VALID[op](claims)
@@ -85,7 +90,8 @@ def _last_zero(draw, x, claims):
 def _last_over(draw, x, claims):
     s = _seqs_with(x, True)
     need(s)
-    return _set(x, "kv_last_page_len", draw(st.sampled_from(s)), x["page_size"] + 1)
+    P = x["page_size"] if "page_size" in x else x["k_pages"].shape[1]    # the attention op takes it from k_pages
+    return _set(x, "kv_last_page_len", draw(st.sampled_from(s)), P + 1)
 
 
 def _empty_nonzero(draw, x, claims):
@@ -250,6 +256,9 @@ RULES = {
         rule("offset_past_end", ("MD-10", "MD-22"), "offsets", "arrays lie inside the arena", _offset_past_end),
         rule("arena_not_bytes", ("MD-10", "MD-22"), "arena", "arena is a uint8 byte buffer", _arena_not_bytes),
     ),
+    "ragged_paged_attention_csr": _csr_rules((
+        rule("qo_indptr_length", ("MD-23", "MD-22"), "qo_indptr", "qo_indptr has S+1 entries like kv_indptr",
+             lambda draw, x, claims: {"qo_indptr": np.concatenate([x["qo_indptr"], x["qo_indptr"][-1:]])}),)),
     "page_table_step": (
         rule("unknown_command", ("MD-11", "MD-22"), "command", "command is one of the MD-13..MD-19 commands",
              _unknown_command),
