@@ -23,6 +23,9 @@ __all__ = [
     "arena_layout", "pack_arena", "arena_views", "slot_mapping_from_arena",
     "empty_page_table", "page_table_step", "MANAGER_COMMANDS", "ARENA_ORDER",
     "ragged_paged_attention_csr",
+    "validate_block_table_to_csr", "validate_csr_to_block_table", "validate_append_slot_mapping",
+    "validate_arena_layout", "validate_slot_mapping_from_arena", "validate_page_table_step",
+    "validate_ragged_paged_attention_csr",
 ]
 
 I32 = np.int32
@@ -96,6 +99,23 @@ def _kv_lens_from_csr(indptr, last, P):
 
 # --- MD-2 .. MD-6: conversions -----------------------------------------------------------------
 
+def validate_block_table_to_csr(page_indices, kv_lens, num_seqs, page_size):
+    """Check `block_table_to_csr`'s arguments (MD-22); returns (page_indices i64, kv_lens i64[num_seqs],
+    num_seqs, page_size). Raises ValueError/TypeError naming the argument."""
+    P = _page_size(page_size)
+    table = int_input("page_indices", page_indices, 2, "[S, pages_per_seq]")
+    lens = int_input("kv_lens", kv_lens, 1, "[S]")
+    S = int_scalar("num_seqs", num_seqs, minimum=0, maximum=lens.shape[0])
+    require(table.shape[0] >= S, f"page_indices must have at least num_seqs={S} rows, got {table.shape[0]}")
+    lens = lens[:S]
+    check_index_range("kv_lens", lens, 0, table.shape[1] * P + 1,
+                      f" (at most pages_per_seq * page_size = {table.shape[1] * P})")
+    for i in range(S):
+        check_index_range("page_indices", table[i, :_cdiv(int(lens[i]), P)], 0, np.iinfo(np.int32).max,
+                          " (owned pages are >= 0)")
+    return table, lens, S, P
+
+
 def block_table_to_csr(page_indices, kv_lens, num_seqs, page_size) -> CsrPageTable:
     """Block table -> CSR (MD-2, MD-3, MD-4, MD-5).
 
@@ -106,20 +126,24 @@ def block_table_to_csr(page_indices, kv_lens, num_seqs, page_size) -> CsrPageTab
     sequence after sequence), kv_last_page_len i32[num_seqs] (kv_len - (pages-1)*page_size in
     [1, page_size]; 0 for an empty sequence).
     """
-    P = _page_size(page_size)
-    table = int_input("page_indices", page_indices, 2, "[S, pages_per_seq]")
-    lens = int_input("kv_lens", kv_lens, 1, "[S]")
-    S = int_scalar("num_seqs", num_seqs, minimum=0, maximum=lens.shape[0])
-    require(table.shape[0] >= S, f"page_indices must have at least num_seqs={S} rows, got {table.shape[0]}")
-    lens = lens[:S]
-    check_index_range("kv_lens", lens, 0, table.shape[1] * P + 1,
-                      f" (at most pages_per_seq * page_size = {table.shape[1] * P})")
+    table, lens, S, P = validate_block_table_to_csr(page_indices, kv_lens, num_seqs, page_size)
     pages = np.array([_cdiv(int(n), P) for n in lens], dtype=np.int64)
     indptr = np.concatenate([[0], np.cumsum(pages)]).astype(I32)
     indices = np.concatenate([table[i, :pages[i]] for i in range(S)] + [np.zeros(0, np.int64)])
-    check_index_range("page_indices", indices, 0, np.iinfo(np.int32).max, " (owned pages are >= 0)")
     last = np.where(pages > 0, lens - (pages - 1) * P, 0).astype(I32)
     return CsrPageTable(indptr, indices.astype(I32), last)
+
+
+def validate_csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, page_size, pages_per_seq):
+    """Check `csr_to_block_table`'s arguments (MD-22); returns (indptr, indices, last as int64, page_size,
+    pages_per_seq)."""
+    indptr, indices, last, P = validate_csr(kv_indptr, kv_indices, kv_last_page_len, page_size)
+    W = int_scalar("pages_per_seq", pages_per_seq, minimum=1)
+    pages = np.diff(indptr)
+    if pages.size and pages.max() > W:
+        i = int(np.argmax(pages))
+        raise ValueError(f"pages_per_seq={W} is smaller than the {int(pages[i])} pages of sequence {i} (MD-5)")
+    return indptr, indices, last, P, W
 
 
 def csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, page_size, pages_per_seq) -> BlockTable:
@@ -129,13 +153,10 @@ def csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, page_size, pages
     the rest is padding, unspecified by MD-6: the reference writes 0) and kv_lens i32[S]
     (= (pages-1)*page_size + kv_last_page_len, 0 for an empty sequence).
     """
-    indptr, indices, last, P = validate_csr(kv_indptr, kv_indices, kv_last_page_len, page_size)
-    W = int_scalar("pages_per_seq", pages_per_seq, minimum=1)
+    indptr, indices, last, P, W = validate_csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, page_size,
+                                                              pages_per_seq)
     S = indptr.shape[0] - 1
     pages = np.diff(indptr)
-    if S and pages.max() > W:
-        i = int(np.argmax(pages))
-        raise ValueError(f"pages_per_seq={W} is smaller than the {int(pages[i])} pages of sequence {i} (MD-5)")
     table = np.zeros((S, W), dtype=I32)
     for i in range(S):
         table[i, :pages[i]] = indices[indptr[i]:indptr[i + 1]]
@@ -144,14 +165,8 @@ def csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, page_size, pages
 
 # --- MD-7: append slot mapping ------------------------------------------------------------------
 
-def append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size) -> np.ndarray:
-    """Slots of the new tokens of a step (MD-7): i32[T], T = qo_indptr[S].
-
-    qo_indptr: i32[S+1] (= cu_q_lens). Sequence i has kv_len_i tokens in the cache *including* its
-    q_len_i = qo_indptr[i+1] - qo_indptr[i] new ones; new token t (0 <= t < q_len_i) sits at position
-    p = kv_len_i - q_len_i + t, in page kv_indices[kv_indptr[i] + p // page_size], and its slot is
-    page * page_size + p % page_size (the `slot_mapping` of write_kv, PA).
-    """
+def validate_append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size):
+    """Check `append_slot_mapping`'s arguments (MD-22); returns (qo, indptr, indices, last as int64, P)."""
     indptr, indices, last, P = validate_csr(kv_indptr, kv_indices, kv_last_page_len, page_size)
     qo = int_input("qo_indptr", qo_indptr, 1, "[S+1]")
     S = indptr.shape[0] - 1
@@ -162,6 +177,22 @@ def append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page
     for i in range(S):
         require(0 <= q_lens[i] <= kv_lens[i], f"qo_indptr: sequence {i} has q_len={int(q_lens[i])} outside "
                                               f"[0, kv_len={int(kv_lens[i])}] (MD-7)")
+    return qo, indptr, indices, last, P
+
+
+def append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size) -> np.ndarray:
+    """Slots of the new tokens of a step (MD-7): i32[T], T = qo_indptr[S].
+
+    qo_indptr: i32[S+1] (= cu_q_lens). Sequence i has kv_len_i tokens in the cache *including* its
+    q_len_i = qo_indptr[i+1] - qo_indptr[i] new ones; new token t (0 <= t < q_len_i) sits at position
+    p = kv_len_i - q_len_i + t, in page kv_indices[kv_indptr[i] + p // page_size], and its slot is
+    page * page_size + p % page_size (the `slot_mapping` of write_kv, PA).
+    """
+    qo, indptr, indices, last, P = validate_append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                                                                page_size)
+    S = indptr.shape[0] - 1
+    q_lens = np.diff(qo)
+    kv_lens = _kv_lens_from_csr(indptr, last, P)
     slots = []
     for i in range(S):
         for p in range(int(kv_lens[i] - q_lens[i]), int(kv_lens[i])):
@@ -175,6 +206,15 @@ def append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page
 ARENA_ORDER = ("qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len")
 
 
+def validate_arena_layout(nbytes, alignment, start=0):
+    """Check `arena_layout`'s arguments (MD-22); returns (nbytes i64[n], alignment, start)."""
+    sizes = int_input("nbytes", nbytes, 1, "[n]")
+    check_index_range("nbytes", sizes, 0, 2**40, " (byte sizes are >= 0)")
+    A = int_scalar("alignment", alignment, minimum=1)
+    require(A & (A - 1) == 0, f"alignment must be a power of two (MD-8), got {A}")
+    return sizes, A, int_scalar("start", start, minimum=0)
+
+
 def arena_layout(nbytes, alignment, start=0) -> ArenaLayout:
     """Packed layout of n arrays of `nbytes` i64[n] bytes (MD-8, MD-9).
 
@@ -184,11 +224,7 @@ def arena_layout(nbytes, alignment, start=0) -> ArenaLayout:
     last array, what a host-to-device copy must move; 0 for n = 0); total_bytes = align_up(copy_bytes,
     alignment) (the arena size). alignment: a power of two >= 1; start >= 0.
     """
-    sizes = int_input("nbytes", nbytes, 1, "[n]")
-    check_index_range("nbytes", sizes, 0, 2**40, " (byte sizes are >= 0)")
-    A = int_scalar("alignment", alignment, minimum=1)
-    require(A & (A - 1) == 0, f"alignment must be a power of two (MD-8), got {A}")
-    pos = int_scalar("start", start, minimum=0)
+    sizes, A, pos = validate_arena_layout(nbytes, alignment, start)
 
     def up(x: int) -> int:
         return _cdiv(x, A) * A
@@ -235,7 +271,14 @@ def slot_mapping_from_arena(arena, offsets, num_seqs, page_size) -> np.ndarray:
     (nnz = kv_indptr[S]) and kv_last_page_len [S] (ARENA_ORDER), each a multiple of 4 and in bounds;
     every other byte of the arena is garbage and must not be read. Returns i32[T] as MD-7.
     """
-    buf = as_u8 = np.asarray(arena)  # noqa: F841 - one name for the buffer, one for its bounds
+    qo, indptr, indices, last = validate_slot_mapping_from_arena(arena, offsets, num_seqs, page_size)
+    return append_slot_mapping(qo, indptr, indices, last, page_size)
+
+
+def validate_slot_mapping_from_arena(arena, offsets, num_seqs, page_size):
+    """Check `slot_mapping_from_arena`'s arguments (MD-10, MD-22); returns the four int32 views
+    (qo_indptr, kv_indptr, kv_indices, kv_last_page_len) into the arena, in ARENA_ORDER."""
+    buf = np.asarray(arena)
     require(buf.dtype == np.uint8 and buf.ndim == 1, f"arena must be a uint8[N] byte buffer, got "
                                                       f"{buf.dtype}{list(buf.shape)}")
     offs = int_input("offsets", offsets, 1, "[4]")
@@ -248,15 +291,14 @@ def slot_mapping_from_arena(arena, offsets, num_seqs, page_size) -> np.ndarray:
 
     def view(k: int, n: int) -> np.ndarray:
         end = int(offs[k]) + 4 * n
-        require(end <= as_u8.shape[0], f"offsets[{k}] ({ARENA_ORDER[k]}): {n} int32 at byte {int(offs[k])} "
-                                       f"end past the arena ({as_u8.shape[0]} bytes) (MD-10)")
+        require(end <= buf.shape[0], f"offsets[{k}] ({ARENA_ORDER[k]}): {n} int32 at byte {int(offs[k])} "
+                                     f"end past the arena ({buf.shape[0]} bytes) (MD-10)")
         return buf[int(offs[k]):end].view(I32)
 
     qo, indptr, last = view(0, S + 1), view(1, S + 1), view(3, S)
-    require(0 <= int(indptr[-1]) <= as_u8.shape[0] // 4, f"kv_indptr[S]={int(indptr[-1])} read from the arena "
-                                                          f"is not a valid page count (MD-10)")
-    indices = view(2, int(indptr[-1]))
-    return append_slot_mapping(qo, indptr, indices, last, page_size)
+    require(0 <= int(indptr[-1]) <= buf.shape[0] // 4, f"kv_indptr[S]={int(indptr[-1])} read from the arena "
+                                                        f"is not a valid page count (MD-10)")
+    return qo, indptr, view(2, int(indptr[-1])), last
 
 
 # --- MD-11 .. MD-22: the page-table manager -----------------------------------------------------
@@ -332,6 +374,20 @@ def _validate_state(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks,
         [int(r) for r in refs], [int(s) for s in sk], [int(w) for w in wn]
 
 
+def validate_page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, page_size,
+                             command, seq, n=0, parent=-1, pos=0, window=0, sink=0):
+    """Check the state (MD-11, MD-12), the command and its common arguments (MD-22); returns (page_size,
+    then the state as Python lists: ids, lens, page lists, ref counts, sinks, windows; seq, n). The rules
+    that depend on the state (live ids, pos, sink) are checked by `page_table_step` itself."""
+    P = _page_size(page_size)
+    state = _validate_state(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, P)
+    require(isinstance(command, str) and command in MANAGER_COMMANDS,
+            f"command must be one of {MANAGER_COMMANDS}, got {command!r}")
+    seq = int_scalar("seq", seq, minimum=0, maximum=2**31 - 1)
+    n = int_scalar("n", n, minimum=0)
+    return (P, *state, seq, n)
+
+
 def page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, page_size,
                     command, seq, n=0, parent=-1, pos=0, window=0, sink=0) -> PageTableState:
     """One manager command on a state (MD-11 .. MD-22); returns the new state and its metadata.
@@ -340,13 +396,8 @@ def page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks,
     "pop" (seq, n), "remove" (seq), "window" (seq, window, sink). Pages are allocated lowest free id
     first (MD-12). The input arrays are not modified.
     """
-    P = _page_size(page_size)
-    ids, lens, tables, refs, sks, wns = _validate_state(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts,
-                                                        sinks, windows, P)
-    require(isinstance(command, str) and command in MANAGER_COMMANDS,
-            f"command must be one of {MANAGER_COMMANDS}, got {command!r}")
-    seq = int_scalar("seq", seq, minimum=0, maximum=2**31 - 1)
-    n = int_scalar("n", n, minimum=0)
+    P, ids, lens, tables, refs, sks, wns, seq, n = validate_page_table_step(
+        seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, page_size, command, seq, n)
     copies: list[tuple[int, int, int]] = []
     slots: list[int] = []
 
@@ -455,6 +506,14 @@ def ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_ind
     per-token scores). Returns out: float64[T, Hq, D], identical to the block-table call on
     csr_to_block_table's conversion (MD-5).
     """
+    table, qo, S = _csr_attention_table(k_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len)
+    from .paged_attention import ragged_paged_attention
+    return ragged_paged_attention(q, k_pages, v_pages, table.kv_lens, table.page_indices, qo, S,
+                                  sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap,
+                                  sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+
+
+def _csr_attention_table(k_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len):
     k = np.asarray(k_pages)
     require(k.ndim == 4, f"k_pages must have rank 4 [P, page_size, Hkv, D], got shape {tuple(k.shape)}")
     P = int(k.shape[1])
@@ -463,8 +522,16 @@ def ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_ind
     S = indptr.shape[0] - 1
     require(qo.shape[0] == S + 1, f"qo_indptr must have shape [S+1] = ({S + 1},) like kv_indptr, got {tuple(qo.shape)}")
     width = max(1, int(np.diff(indptr).max()) if S else 1)
-    table = csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, P, width)
-    from .paged_attention import ragged_paged_attention
-    return ragged_paged_attention(q, k_pages, v_pages, table.kv_lens, table.page_indices, qo.astype(I32), S,
-                                  sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap,
-                                  sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+    return csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, P, width), qo.astype(I32), S
+
+
+def validate_ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                                        *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
+                                        k_scale=None, v_scale=None):
+    """Check `ragged_paged_attention_csr`'s arguments (MD-2 .. MD-4, MD-23, and PA's rules); returns the
+    normalised block-table call of `validate_ragged_paged_attention` (MD-5's conversion)."""
+    table, qo, S = _csr_attention_table(k_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len)
+    from .paged_attention import validate_ragged_paged_attention
+    return validate_ragged_paged_attention(q, k_pages, v_pages, table.kv_lens, table.page_indices, qo, S,
+                                           sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap,
+                                           sinks=sinks, k_scale=k_scale, v_scale=v_scale)

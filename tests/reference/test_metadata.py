@@ -236,3 +236,18 @@ def test_attention_csr_rejects_bad_csr():
         r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1), a(0, 1), a(1), a(3))
     with pytest.raises(ValueError, match="qo_indptr"):
         r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1, 1), a(0, 1), a(1), a(1))
+
+
+@pytest.mark.parametrize("op, args", [
+    ("csr_to_block_table", (a(0, 1), a(0), a(3), 2, 2)),
+    ("block_table_to_csr", (np.zeros((1, 2), I32), a(5), 1, 2)),
+    ("append_slot_mapping", (a(0, 3), a(0, 1), a(0), a(2), 4)),
+    ("arena_layout", (np.array([4], np.int64), 12, 0)),
+    ("slot_mapping_from_arena", (np.zeros(64, np.uint8), np.array([2, 16, 32, 48], np.int64), 1, 4)),
+])
+def test_validators_raise_what_the_op_raises(op, args):
+    with pytest.raises(ValueError) as from_op:
+        getattr(r, op)(*args)
+    with pytest.raises(ValueError) as from_validator:
+        getattr(r, f"validate_{op}")(*args)
+    assert str(from_op.value) == str(from_validator.value)
