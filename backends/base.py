@@ -28,6 +28,13 @@ OPS: dict[str, str] = {
     "selective_state_update": "recurrent",
     "ssd_chunked_scan": "recurrent",
     "rwkv6_wkv": "recurrent",
+    "block_table_to_csr": "metadata",
+    "csr_to_block_table": "metadata",
+    "append_slot_mapping": "metadata",
+    "arena_layout": "metadata",
+    "slot_mapping_from_arena": "metadata",
+    "page_table_step": "metadata",
+    "ragged_paged_attention_csr": "metadata",
 }
 
 

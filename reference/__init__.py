@@ -19,6 +19,7 @@ _FAMILY_MODULES = (
     "rotation",          # spec/rotation.md         RO-*
     "eviction",          # spec/eviction.md         EV-*
     "recurrent",         # spec/recurrent.md        RS-*
+    "metadata",          # spec/metadata.md         MD-*
 )
 
 __all__ = ["dtypes", "validation"]

@@ -22,6 +22,13 @@ VALIDATORS = {
     "selective_state_update": "validate_selective_state_update",
     "ssd_chunked_scan": "validate_ssd_chunked_scan",
     "rwkv6_wkv": "validate_rwkv6_wkv",
+    "block_table_to_csr": "validate_block_table_to_csr",
+    "csr_to_block_table": "validate_csr_to_block_table",
+    "append_slot_mapping": "validate_append_slot_mapping",
+    "arena_layout": "validate_arena_layout",
+    "slot_mapping_from_arena": "validate_slot_mapping_from_arena",
+    "page_table_step": "validate_page_table_step",
+    "ragged_paged_attention_csr": "validate_ragged_paged_attention_csr",
 }
 
 

@@ -1,0 +1,146 @@
+"""Mutants of the paged-KV metadata family: realistic bugs of arena consumers, page-table conversions
+and cache managers (several of them shipped in TVM's PagedKVCache, see spec/metadata.md), each wrapping
+the reference."""
+from __future__ import annotations
+
+import numpy as np
+
+from kvconform import reference
+from kvconform.reference.metadata import BlockTable, CsrPageTable
+
+from . import Mutant, mutant
+
+I32 = np.int32
+
+
+@mutant(op="slot_mapping_from_arena", clause="MD-10",
+        description="every metadata view read from the arena start (the view's byte offset ignored)")
+class ArenaOffsetIgnored(Mutant):
+    def slot_mapping_from_arena(self, arena, offsets, num_seqs, page_size):
+        return reference.slot_mapping_from_arena(arena, np.zeros_like(offsets), num_seqs, page_size)
+
+
+@mutant(op="slot_mapping_from_arena", clause="MD-10",
+        description="arrays assumed at the old fixed 256-byte slots (k * 256) instead of their packed offsets")
+class FixedSlots256(Mutant):
+    def slot_mapping_from_arena(self, arena, offsets, num_seqs, page_size):
+        need = 256 * 3 + 4 * (int(num_seqs) + 1) * 64
+        padded = np.zeros(max(need, np.asarray(arena).shape[0]), np.uint8)
+        padded[:np.asarray(arena).shape[0]] = arena            # reads past the packed arena see zeros
+        return reference.slot_mapping_from_arena(padded, np.arange(4, dtype=np.int64) * 256, num_seqs, page_size)
+
+
+@mutant(op="block_table_to_csr", clause="MD-3",
+        description="last-page length from the index of the last token ((kv_len - 1) % page_size): off by one")
+class LastPageLenOffByOne(Mutant):
+    def block_table_to_csr(self, page_indices, kv_lens, num_seqs, page_size):
+        csr = reference.block_table_to_csr(page_indices, kv_lens, num_seqs, page_size)
+        lens = np.asarray(kv_lens[:num_seqs], np.int64)
+        last = np.where(lens > 0, (lens - 1) % page_size, 0).astype(I32)
+        return CsrPageTable(csr.kv_indptr, csr.kv_indices, last)
+
+
+@mutant(op="csr_to_block_table", clause="MD-5",
+        description="CSR indptr read one sequence late: sequence i's pages taken from kv_indptr[i + 1]")
+class IndptrOneLate(Mutant):
+    def csr_to_block_table(self, kv_indptr, kv_indices, kv_last_page_len, page_size, pages_per_seq):
+        bt = reference.csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, page_size, pages_per_seq)
+        table = np.zeros_like(bt.page_indices)
+        for i in range(table.shape[0]):
+            n = int(kv_indptr[i + 1] - kv_indptr[i])
+            row = np.asarray(kv_indices)[int(kv_indptr[i + 1]):int(kv_indptr[i + 1]) + n]
+            table[i, :row.shape[0]] = row
+        return BlockTable(table, bt.kv_lens)
+
+
+def _pages(state, seq):
+    ids = list(np.asarray(state["seq_ids"]))
+    i = ids.index(seq)
+    ip = np.asarray(state["kv_indptr"])
+    return [int(p) for p in np.asarray(state["kv_indices"])[ip[i]:ip[i + 1]]], i
+
+
+@mutant(op="page_table_step", clause="MD-15",
+        description="fork does not bump the reference count of the shared prefix pages (TVM #16666)")
+class ForkNoRefBump(Mutant):
+    def page_table_step(self, seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, page_size,
+                        command, seq, n=0, parent=-1, pos=0, window=0, sink=0):
+        out = reference.page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows,
+                                        page_size, command, seq, n, parent, pos, window, sink)
+        if command == "fork":
+            refs = out.ref_counts.copy()
+            pages, _ = _pages(dict(seq_ids=seq_ids, kv_indptr=kv_indptr, kv_indices=kv_indices), parent)
+            for p in pages[:pos // page_size]:
+                refs[p] -= 1
+            out = out._replace(ref_counts=refs)
+        return out
+
+
+@mutant(op="page_table_step", clause="MD-18",
+        description="removal only in fork order: a sequence sharing pages with a live fork is refused (TVM #17045)")
+class RemoveInForkOrder(Mutant):
+    def page_table_step(self, seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, page_size,
+                        command, seq, n=0, parent=-1, pos=0, window=0, sink=0):
+        if command == "remove" and seq in list(np.asarray(seq_ids)):
+            pages, _ = _pages(dict(seq_ids=seq_ids, kv_indptr=kv_indptr, kv_indices=kv_indices), seq)
+            if any(int(ref_counts[p]) > 1 for p in pages):
+                raise ValueError(f"seq={seq} shares pages with a live fork: remove the fork first")
+        return reference.page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows,
+                                         page_size, command, seq, n, parent, pos, window, sink)
+
+
+@mutant(op="page_table_step", clause="MD-17",
+        description="popping the whole last page rejected (n must stay below the last page's length, TVM #16871)")
+class PopWholeLastPageRejected(Mutant):
+    def page_table_step(self, seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, page_size,
+                        command, seq, n=0, parent=-1, pos=0, window=0, sink=0):
+        if command == "pop" and n > 0 and seq in list(np.asarray(seq_ids)):
+            i = list(np.asarray(seq_ids)).index(seq)
+            L = int(seq_lens[i])
+            last = L - (-(-L // page_size) - 1) * page_size if L else 0
+            if n >= last:
+                raise ValueError(f"n={n} must be smaller than the last page's length {last}")
+        return reference.page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows,
+                                         page_size, command, seq, n, parent, pos, window, sink)
+
+
+@mutant(op="page_table_step", clause="MD-21",
+        description="fork of a windowed sequence at a position past its sink accepted (sink check missing, TVM #17127)")
+class ForkPastSinkAccepted(Mutant):
+    def page_table_step(self, seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, page_size,
+                        command, seq, n=0, parent=-1, pos=0, window=0, sink=0):
+        if command == "fork" and parent in list(np.asarray(seq_ids)):
+            i = list(np.asarray(seq_ids)).index(parent)
+            plain_s, plain_w = np.array(sinks, copy=True), np.array(windows, copy=True)
+            plain_s[i] = plain_w[i] = 0
+            out = reference.page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, plain_s, plain_w,
+                                            page_size, command, seq, n, parent, pos, window, sink)
+            j = list(out.seq_ids).index(parent)
+            s2, w2 = out.sinks.copy(), out.windows.copy()
+            s2[j], w2[j] = sinks[i], windows[i]
+            return out._replace(sinks=s2, windows=w2)
+        return reference.page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows,
+                                         page_size, command, seq, n, parent, pos, window, sink)
+
+
+@mutant(op="page_table_step", clause="MD-21",
+        description="fork of a windowed sequence rejected even inside its sink")
+class ForkInSinkRejected(Mutant):
+    def page_table_step(self, seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows, page_size,
+                        command, seq, n=0, parent=-1, pos=0, window=0, sink=0):
+        if command == "fork" and parent in list(np.asarray(seq_ids)):
+            if int(windows[list(np.asarray(seq_ids)).index(parent)]):
+                raise ValueError(f"parent={parent} has a sliding window and cannot be forked")
+        return reference.page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks, windows,
+                                         page_size, command, seq, n, parent, pos, window, sink)
+
+
+@mutant(op="ragged_paged_attention_csr", clause="MD-23",
+        description="kv_len from the CSR table as pages * page_size (kv_last_page_len ignored: last page full)")
+class CsrLastPageTakenFull(Mutant):
+    def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                                   **options):
+        pages = np.diff(np.asarray(kv_indptr))
+        full = np.where(pages > 0, np.asarray(k_pages).shape[1], 0).astype(I32)
+        return reference.ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, full,
+                                                    **options)

@@ -1,0 +1,389 @@
+"""Conformance suite for spec/metadata.md: page-table conversions, the packed arena, the manager.
+
+Layers: hand-worked golden cases (expected values from the arithmetic written here), Hypothesis
+differential tests against the reference, oracle-free properties through the backend (round trips of the
+two page-table forms, don't-care padding and arena garbage, the packed arena equal to separate arrays
+wherever it is placed, layout invariants), a stateful machine that drives `page_table_step` through
+add / append / fork / pop / remove / window with every step's metadata compared exactly and invalid
+commands rejected, and error inputs (MD-22, each rule broken alone).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvconform import reference
+from kvconform.conformance.case import Case
+from kvconform.conformance.harness import conformance_test
+from kvconform.conformance.strategies import malformed
+from kvconform.conformance.strategies import metadata as md
+from kvconform.conformance.strategies.malformed import metadata as md_bad
+from kvconform.reference.metadata import ArenaLayout, BlockTable, CsrPageTable
+
+I32, I64 = np.int32, np.int64
+
+
+def a(*v, dtype=I32):
+    return np.array(v, dtype=dtype)
+
+
+def _params(op, P=None, **kw):
+    return dict(dtype="int32", kv_dtype="int32", **({"page_size": P} if P else {}), **kw)
+
+
+# --- golden cases ----------------------------------------------------------------------------------
+
+@conformance_test(op="block_table_to_csr", layer="golden", clauses=("MD-1", "MD-2", "MD-3", "MD-4", "MD-6"))
+def test_block_table_to_csr_golden(kvc):
+    """P = 2; kv_lens 5, 0, 2 own 3, 0, 1 pages; last lengths 5 - 4 = 1, 0 (empty), 2 (full page);
+    -1 entries are padding and row 3 lies past num_seqs (MD-6)."""
+    kvc.require(kvc.claims(), page_size=2)
+    table = np.array([[3, 1, 9], [-1, -1, -1], [7, -1, -1], [5, 5, 5]], I32)
+    case = Case("block_table_to_csr", dict(page_indices=table, kv_lens=a(5, 0, 2, 6), num_seqs=3, page_size=2),
+                _params("block_table_to_csr", 2, num_seqs=3, tokens=7))
+    kvc.expect(case, kvc.call(case), CsrPageTable(a(0, 3, 3, 4), a(3, 1, 9, 7), a(1, 0, 2)),
+               what="hand-worked value")
+
+
+@conformance_test(op="csr_to_block_table", layer="golden", clauses=("MD-3", "MD-4", "MD-5"))
+def test_csr_to_block_table_golden(kvc):
+    """The CSR table above back: kv_lens (3-1)*2+1 = 5, 0, 2; rows start with each sequence's pages."""
+    kvc.require(kvc.claims(), page_size=2)
+    case = Case("csr_to_block_table", dict(kv_indptr=a(0, 3, 3, 4), kv_indices=a(3, 1, 9, 7),
+                                           kv_last_page_len=a(1, 0, 2), page_size=2, pages_per_seq=4),
+                _params("csr_to_block_table", 2, num_seqs=3, tokens=7))
+    table = np.zeros((3, 4), I32)
+    table[0, :3], table[2, 0] = (3, 1, 9), 7
+    kvc.expect(case, kvc.call(case), BlockTable(table, a(5, 0, 2)), what="hand-worked value")
+
+
+APPEND_GOLDEN = dict(qo_indptr=a(0, 2, 3, 3), kv_indptr=a(0, 2, 3, 3), kv_indices=a(6, 2, 5),
+                     kv_last_page_len=a(3, 1, 0), page_size=4)
+# P = 4. seq 0: pages [6, 2], kv_len 4 + 3 = 7, q_len 2: positions 5, 6 in page 2: slots 9, 10.
+# seq 1: page [5], kv_len 1, q_len 1: position 0: slot 20. seq 2: empty, q_len 0.
+APPEND_SLOTS = a(9, 10, 20)
+
+
+@conformance_test(op="append_slot_mapping", layer="golden", clauses=("MD-7",))
+def test_append_slot_mapping_golden(kvc):
+    kvc.require(kvc.claims(), page_size=4)
+    case = Case("append_slot_mapping", dict(APPEND_GOLDEN), _params("append_slot_mapping", 4, num_seqs=3, tokens=3))
+    kvc.expect(case, kvc.call(case), APPEND_SLOTS, what="hand-worked value")
+
+
+@conformance_test(op="arena_layout", layer="golden", clauses=("MD-8", "MD-9"))
+def test_arena_layout_golden(kvc):
+    """Alignment 16 from start 4: 16; 16 + 8 = 24 -> 32; 32 + 12 = 44 -> 48; the empty array at 48;
+    copy to 48 + 4 = 52, arena 64 bytes (TVM #16831's packing, not 256-byte slots)."""
+    kvc.claims()
+    case = Case("arena_layout", dict(nbytes=a(8, 12, 0, 4, dtype=I64), alignment=16, start=4),
+                dict(dtype="int64", kv_dtype="int64", arrays=4, tokens=0))
+    kvc.expect(case, kvc.call(case), ArenaLayout(a(16, 32, 48, 48, dtype=I64), np.array(52, I64),
+                                                 np.array(64, I64)), what="hand-worked value")
+
+
+@conformance_test(op="slot_mapping_from_arena", layer="golden", clauses=("MD-8", "MD-10"))
+def test_slot_mapping_from_arena_golden(kvc):
+    """The append golden's four arrays packed at 16-byte alignment from byte 8 (offsets 16, 32, 48, 64)
+    in an arena of 0xAB garbage: the same slots 9, 10, 20."""
+    kvc.require(kvc.claims(), page_size=4)
+    x = APPEND_GOLDEN
+    arena, offsets = reference.pack_arena([x["qo_indptr"], x["kv_indptr"], x["kv_indices"], x["kv_last_page_len"]],
+                                          16, start=8, fill=0xAB)
+    assert [int(o) for o in offsets] == [16, 32, 48, 64]
+    case = Case("slot_mapping_from_arena", dict(arena=arena, offsets=offsets, num_seqs=3, page_size=4),
+                dict(dtype="int32", kv_dtype="uint8", page_size=4, num_seqs=3, tokens=3))
+    kvc.expect(case, kvc.call(case), APPEND_SLOTS, what="hand-worked value")
+
+
+def _manager_script():
+    """(command keywords, expected fields) with P = 4 and 8 pages, worked by hand (MD-12 .. MD-18)."""
+    z = np.zeros(0, I32)
+    return 4, 8, [
+        (dict(command="add", seq=5), dict(seq_ids=a(5), kv_indptr=a(0, 0), ref_counts=a(0, 0, 0, 0, 0, 0, 0, 0),
+                                          kv_last_page_len=a(0))),
+        # positions 0..5: pages 0, 1 (lowest free first)
+        (dict(command="append", seq=5, n=6), dict(kv_indices=a(0, 1), slots=a(0, 1, 2, 3, 4, 5),
+                                                  ref_counts=a(1, 1, 0, 0, 0, 0, 0, 0), kv_last_page_len=a(2))),
+        # fork at 5: page 0 shared (count 2), 1 token of page 1 copied to page 2
+        (dict(command="fork", seq=2, parent=5, pos=5),
+         dict(seq_ids=a(2, 5), seq_lens=a(5, 6), kv_indptr=a(0, 2, 4), kv_indices=a(0, 2, 0, 1),
+              ref_counts=a(2, 1, 1, 0, 0, 0, 0, 0), copies=a(1, 2, 1).reshape(1, 3), kv_last_page_len=a(1, 2))),
+        # page-aligned fork at 4: nothing copied, page 0 count 3
+        (dict(command="fork", seq=9, parent=5, pos=4),
+         dict(ref_counts=a(3, 1, 1, 0, 0, 0, 0, 0), copies=z.reshape(0, 3), kv_last_page_len=a(1, 2, 4))),
+        # pop 2 of 6: the whole last page 1 is freed (TVM #16871)
+        (dict(command="pop", seq=5, n=2), dict(ref_counts=a(3, 0, 1, 0, 0, 0, 0, 0), kv_last_page_len=a(1, 4, 4))),
+        # pop 1 of 4: shared page 0 becomes partial: copy on write into page 1 (lowest free)
+        (dict(command="pop", seq=5, n=1), dict(copies=a(0, 1, 3).reshape(1, 3), ref_counts=a(2, 1, 1, 0, 0, 0, 0, 0),
+                                               kv_indices=a(0, 2, 1, 0))),
+        # remove the first fork while its parent and sibling live (any order, TVM #17045)
+        (dict(command="remove", seq=2), dict(seq_ids=a(5, 9), ref_counts=a(1, 1, 0, 0, 0, 0, 0, 0))),
+        # append 1 to seq 9 (length 4, full page): a new page, lowest free is 2
+        (dict(command="append", seq=9, n=1), dict(slots=a(8), kv_indices=a(1, 0, 2))),
+        # window 3 with sink 1 on seq 9 (length 5, pages 0, 2): keep_from 3, drop pages [1, 1): none
+        (dict(command="window", seq=9, window=3, sink=1), dict(kv_indices=a(1, 0, 2), sinks=a(0, 1), windows=a(0, 3))),
+        # append 5: positions 5..7 in page 2, 8..9 in new page 3 (slots 12, 13); length 10, keep_from 8:
+        # logical pages [cdiv(1, 4), 8 // 4) = [1, 2): page 2 dropped, length 6, pages [0, 3]
+        (dict(command="append", seq=9, n=5), dict(slots=a(9, 10, 11, 12, 13), kv_indices=a(1, 0, 3),
+                                                  seq_lens=a(3, 6), ref_counts=a(1, 1, 0, 1, 0, 0, 0, 0))),
+        # fork inside the sink (pos 1 <= sink 1): page 0 is partial at 1: copied to page 2
+        (dict(command="fork", seq=7, parent=9, pos=1), dict(copies=a(0, 2, 1).reshape(1, 3), seq_ids=a(5, 7, 9))),
+        (dict(command="remove", seq=5), dict(ref_counts=a(1, 0, 1, 1, 0, 0, 0, 0))),
+    ]
+
+
+MANAGER_CLAUSES = ("MD-11", "MD-12", "MD-13", "MD-14", "MD-15", "MD-16", "MD-17", "MD-18", "MD-19", "MD-20",
+                   "MD-21")
+
+
+@conformance_test(op="page_table_step", layer="golden", clauses=MANAGER_CLAUSES)
+def test_page_table_step_golden(kvc):
+    """A hand-worked script; each step compares the fields worked out here, then the whole step with the
+    reference, and carries the backend's own state forward."""
+    P, pages, script = _manager_script()
+    kvc.require(kvc.claims(), page_size=P)
+    state = reference.empty_page_table(pages)
+    for i, (cmd, fields) in enumerate(script):
+        case = md.step_case(state, P, cmd, step=i)
+        out = kvc.call(case)
+        expected = reference.page_table_step(**case.inputs)
+        kvc.expect(case, out, expected._replace(**fields), what=f"hand-worked step {i} ({cmd['command']})")
+        state = md.state_of(out)
+
+
+# --- differential ----------------------------------------------------------------------------------
+
+DIFFERENTIAL = {
+    "block_table_to_csr": (md.block_table_to_csr_cases, ("MD-1", "MD-2", "MD-3", "MD-4", "MD-5")),
+    "csr_to_block_table": (md.csr_to_block_table_cases, ("MD-3", "MD-4", "MD-5", "MD-6")),
+    "append_slot_mapping": (md.append_slot_mapping_cases, ("MD-7",)),
+    "arena_layout": (md.arena_layout_cases, ("MD-8", "MD-9")),
+    "slot_mapping_from_arena": (md.slot_mapping_from_arena_cases, ("MD-7", "MD-8", "MD-10")),
+    "page_table_step": (md.page_table_step_cases, MANAGER_CLAUSES),
+}
+
+
+def _differential(op):
+    strategy, clauses = DIFFERENTIAL[op]
+
+    @conformance_test(op=op, layer="differential", clauses=clauses)
+    def test(kvc):
+        kvc.for_all(strategy(kvc.claims()), kvc.check)
+    test.__name__ = f"test_{op}_differential"
+    return test
+
+
+test_block_table_to_csr_differential = _differential("block_table_to_csr")
+test_csr_to_block_table_differential = _differential("csr_to_block_table")
+test_append_slot_mapping_differential = _differential("append_slot_mapping")
+test_arena_layout_differential = _differential("arena_layout")
+test_slot_mapping_from_arena_differential = _differential("slot_mapping_from_arena")
+test_page_table_step_differential = _differential("page_table_step")
+
+
+# --- oracle-free properties ------------------------------------------------------------------------
+
+@conformance_test(op="block_table_to_csr", layer="property", clauses=("MD-6",))
+def test_block_table_padding_does_not_matter(kvc):
+    """Padding entries and rows past num_seqs hold -1 (an invalid page): same CSR as the clean case."""
+    def body(case):
+        kvc.expect(case.with_poison(), kvc.call(case.with_poison()), kvc.call(case), what="the clean case")
+    kvc.for_all(md.block_table_to_csr_cases(kvc.claims()), body, budget=0.5)
+
+
+@conformance_test(op="csr_to_block_table", layer="property", clauses=("MD-5",))
+def test_csr_block_table_round_trip(kvc):
+    """CSR -> block table (backend) -> CSR (backend) is the identity (MD-5)."""
+    claims = kvc.claims()
+    back_claims = kvc.claims("block_table_to_csr")
+    kvc.claims("csr_to_block_table")
+
+    def body(case):
+        x = case.inputs
+        bt = kvc.call(case)
+        S = int(x["kv_last_page_len"].shape[0])
+        again = Case("block_table_to_csr", dict(page_indices=np.asarray(bt.page_indices), kv_lens=np.asarray(bt.kv_lens),
+                                                num_seqs=S, page_size=x["page_size"]), dict(case.params, round_trip=True))
+        kvc.expect(again, kvc.call(again), CsrPageTable(x["kv_indptr"], x["kv_indices"], x["kv_last_page_len"]),
+                   what="the CSR table it came from")
+    del back_claims
+    kvc.for_all(md.csr_to_block_table_cases(claims), body, budget=0.5)
+
+
+@conformance_test(op="slot_mapping_from_arena", layer="property", clauses=("MD-9", "MD-10"))
+def test_arena_garbage_and_placement_do_not_matter(kvc):
+    """The arena's other bytes set to 0xFF, and the same arrays repacked at another alignment and start:
+    both give the backend's slot mapping of separate arrays (append_slot_mapping, MD-7)."""
+    claims = kvc.claims()
+    kvc.claims("append_slot_mapping")
+    kvc.claims("slot_mapping_from_arena")
+
+    def body(drawn):
+        case, A, start = drawn
+        x = case.inputs
+        S = x["num_seqs"]
+        nnz_end = int(x["offsets"][1]) + 4 * S
+        indptr = x["arena"][int(x["offsets"][1]):nnz_end + 4].view(I32)
+        lengths = [S + 1, S + 1, int(indptr[-1]), S]
+        arrays = [v.copy() for v in reference.arena_views(x["arena"], x["offsets"], lengths)]
+        plain = Case("append_slot_mapping", dict(qo_indptr=arrays[0], kv_indptr=arrays[1], kv_indices=arrays[2],
+                                                 kv_last_page_len=arrays[3], page_size=x["page_size"]),
+                     dict(case.params, separate=True))
+        want = kvc.call(plain)
+        kvc.expect(case.with_poison(), kvc.call(case.with_poison()), want, what="separate arrays")
+        arena, offsets = reference.pack_arena(arrays, A, start=start, fill=0xFF)
+        moved = Case(case.op, dict(x, arena=arena, offsets=offsets), dict(case.params, alignment=A, start=start))
+        kvc.expect(moved, kvc.call(moved), want, what="separate arrays")
+    kvc.for_all(st.tuples(md.slot_mapping_from_arena_cases(claims), st.sampled_from((4, 8, 32, 256)),
+                          st.integers(4, 300)), body, budget=0.5)
+
+
+@conformance_test(op="arena_layout", layer="property", clauses=("MD-8", "MD-9"))
+def test_arena_layout_invariants(kvc):
+    """Offsets aligned, in order, each at or after the previous end and less than one alignment past it;
+    copy_bytes is the last end; total_bytes the smallest aligned size holding it."""
+    def body(case):
+        x = case.inputs
+        lay = kvc.call(case)
+        off, n, A = np.asarray(lay.offsets, np.int64), np.asarray(x["nbytes"], np.int64), x["alignment"]
+        prev = [x["start"]] + list(off[:-1] + n[:-1])
+        ok = off.shape == n.shape and all(o % A == 0 and p <= o < p + A for o, p in zip(off, prev))
+        end = int(off[-1] + n[-1]) if n.size else 0
+        ok = ok and int(lay.copy_bytes) == end and int(lay.total_bytes) % A == 0 \
+            and end <= int(lay.total_bytes) < end + A
+        if not ok:
+            kvc.expect(case, lay, reference.arena_layout(**x), what="the MD-8/MD-9 invariants (violated)")
+    kvc.for_all(md.arena_layout_cases(kvc.claims()), body, budget=0.5)
+
+
+# --- stateful: the manager ------------------------------------------------------------------------
+
+@conformance_test(op="page_table_step", layer="stateful", clauses=MANAGER_CLAUSES + ("MD-7", "MD-22"))
+def test_page_table_manager_state_machine(kvc):
+    """The backend's manager is driven through random valid commands; every step's state and metadata
+    is compared exactly with the reference on the same input, and the backend's own state is carried
+    forward. Invalid commands (a pop past the length, a fork past a windowed parent's sink, MD-21) must
+    be rejected. Each step's append slots also equal MD-7's slot mapping of the new CSR table."""
+    claims = kvc.claims()
+    sizes = [P for P in (2, 1, 3) if claims.page_sizes is None or P in claims.page_sizes]
+    if not sizes:
+        pytest.skip("unsupported: no page size 1, 2 or 3 claimed")
+
+    class Manager(RuleBasedStateMachine):
+        @initialize(P=st.sampled_from(sizes))
+        def start(self, P):
+            self.P, self.state, self.steps = P, reference.empty_page_table(md.NUM_PAGES), 0
+
+        @rule(data=st.data())
+        def command(self, data):
+            cmd = data.draw(md.commands(self.state, self.P))
+            if md.step(self.state, self.P, cmd) is None:
+                return                                       # the pool is full: not drawn as valid
+            case = md.step_case(self.state, self.P, cmd, step=self.steps)
+            out = kvc.check(case)
+            self.steps += 1
+            if cmd["command"] == "append" and cmd["n"] and not np.asarray(out.windows)[list(out.seq_ids).index(cmd["seq"])]:
+                i = list(out.seq_ids).index(cmd["seq"])
+                q = np.zeros(len(out.seq_ids) + 1, I32)
+                q[i + 1:] = cmd["n"]
+                slots = reference.append_slot_mapping(q, out.kv_indptr, out.kv_indices, out.kv_last_page_len, self.P)
+                kvc.expect(case, out, out._replace(slots=slots), what="MD-7's slot mapping of the new table")
+            self.state = md.state_of(out)
+
+        @precondition(lambda self: hasattr(self, "state") and len(self.state["seq_ids"]))
+        @rule(data=st.data())
+        def pop_too_many(self, data):
+            i = data.draw(st.integers(0, len(self.state["seq_ids"]) - 1))
+            seq, n = int(self.state["seq_ids"][i]), int(self.state["seq_lens"][i]) + 1
+            case = md.step_case(self.state, self.P, dict(command="pop", seq=seq, n=n), invalid=True)
+            kvc.expect_rejected(case, argument="n", clause="MD-17", rule="pop n <= the sequence's length")
+
+        @precondition(lambda self: hasattr(self, "state") and any(
+            w and n > s for w, n, s in zip(self.state["windows"], self.state["seq_lens"], self.state["sinks"])))
+        @rule(data=st.data())
+        def fork_past_sink(self, data):
+            ids = [int(s) for s, w, n, k in zip(self.state["seq_ids"], self.state["windows"], self.state["seq_lens"],
+                                              self.state["sinks"]) if w and n > k]
+            parent = data.draw(st.sampled_from(ids))
+            i = list(self.state["seq_ids"]).index(parent)
+            pos = data.draw(st.integers(int(self.state["sinks"][i]) + 1, int(self.state["seq_lens"][i])))
+            child = max(int(s) for s in self.state["seq_ids"]) + 1
+            case = md.step_case(self.state, self.P, dict(command="fork", seq=child, parent=parent, pos=pos),
+                                invalid=True)
+            kvc.expect_rejected(case, argument="pos", clause="MD-21",
+                                rule="a windowed sequence forks only inside its sink")
+
+        @invariant()
+        def counts_match(self):
+            if hasattr(self, "state"):
+                x = self.state
+                counted = np.bincount(x["kv_indices"], minlength=md.NUM_PAGES) if x["kv_indices"].size else 0
+                assert np.array_equal(counted + np.zeros(md.NUM_PAGES, np.int64), x["ref_counts"])
+
+    kvc.run_state_machine(Manager, budget=0.5, steps=16)
+
+
+# --- errors: malformed input is rejected (MD-22) ---------------------------------------------------
+
+def _errors(op):
+    rules = md_bad.RULES[op]
+
+    @conformance_test(op=op, layer="errors", clauses=malformed.clauses_of(rules))
+    @pytest.mark.parametrize("rule", rules, ids=str)
+    def test(kvc, rule):
+        malformed.check_rejects(kvc, md_bad, op, rule)
+    test.__name__ = f"test_{op}_rejects"
+    return test
+
+
+test_block_table_to_csr_rejects = _errors("block_table_to_csr")
+test_csr_to_block_table_rejects = _errors("csr_to_block_table")
+test_append_slot_mapping_rejects = _errors("append_slot_mapping")
+test_arena_layout_rejects = _errors("arena_layout")
+test_slot_mapping_from_arena_rejects = _errors("slot_mapping_from_arena")
+test_page_table_step_rejects = _errors("page_table_step")
+
+
+# --- MD-23: attention over the CSR layout ------------------------------------------------------------
+
+@conformance_test(op="ragged_paged_attention_csr", layer="golden", clauses=("MD-3", "MD-23"))
+def test_attention_csr_golden(kvc):
+    """P = 2, one KV head, D = 2. Sequence 0: pages [1, 0], kv_len (2-1)*2 + 1 = 3, one query row at
+    position 2 with q = 0: equal weights over keys 0..2, out = mean(v) = ([3,0] + [0,3] + [3,3]) / 3
+    = [2, 2]; slot 1 of page 0 (past the last-page length) holds 100 and must not be read. Sequence 1
+    is empty with no rows."""
+    kvc.require(kvc.claims(), dtype="float32", kv_dtype="float32", page_size=2, head_dim=2)
+    k = np.zeros((2, 2, 1, 2), np.float32)
+    v = np.zeros((2, 2, 1, 2), np.float32)
+    v[1, 0, 0], v[1, 1, 0], v[0, 0, 0], v[0, 1, 0] = (3, 0), (0, 3), (3, 3), (100, 100)
+    case = Case("ragged_paged_attention_csr",
+                dict(q=np.zeros((1, 1, 2), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, 1),
+                     kv_indptr=a(0, 2, 2), kv_indices=a(1, 0), kv_last_page_len=a(1, 0)),
+                dict(dtype="float32", kv_dtype="float32", page_size=2, head_dim=2, hq=1, num_seqs=2, layout="csr"))
+    kvc.expect(case, kvc.call(case), np.array([[[2.0, 2.0]]]), what="hand-worked value")
+
+
+@conformance_test(op="ragged_paged_attention_csr", layer="differential", clauses=("MD-2", "MD-3", "MD-4", "MD-23"))
+@pytest.mark.parametrize("variant", md.csr_attention_variants(), ids=str)
+def test_attention_csr_differential(kvc, variant):
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check)
+
+
+@conformance_test(op="ragged_paged_attention_csr", layer="property", clauses=("MD-5", "MD-23"))
+def test_attention_csr_equals_block_table(kvc):
+    """The backend's CSR call and its block-table call (ragged_paged_attention) on the same cache agree
+    within the attention contract (MD-23)."""
+    claims = kvc.claims()
+    kvc.claims("ragged_paged_attention")
+    kvc.claims("ragged_paged_attention_csr")
+
+    def body(case):
+        plain = Case("ragged_paged_attention", md.block_table_inputs(case.inputs), dict(case.params, layout="block"),
+                     case.seed)
+        kvc.expect(case, kvc.call(case), kvc.call(plain), what="the block-table call")
+    kvc.for_all(md.attention_csr_cases(claims, md.csr_attention_variants()[0]), body, budget=0.5)
+test_ragged_paged_attention_csr_rejects = _errors("ragged_paged_attention_csr")
