@@ -56,6 +56,9 @@ FEATURES: dict[str, tuple[str, ...]] = {
                          "dt_softplus", "skip_d", "z_gate", "grouped_bc"),
     "rwkv6_wkv": ("state_indices", "padding_slots", "initial_states"),
 }
+# MD-23: attention over CSR metadata draws the block-table attention columns (per-token scores aside)
+FEATURES["ragged_paged_attention_csr"] = tuple(f for f in FEATURES["ragged_paged_attention"] if f != "return_scores")
+
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "ragged_paged_attention": ("combined", "flat"),    # the cache handed in that layout (PA-39)
     "rotate_keys": ("half", "interleaved"),
@@ -67,6 +70,8 @@ LIMITS: dict[str, tuple[str, ...]] = {
     "ragged_paged_attention": ("split_kv_min_keys", "max_head_dim", "q_len", "num_q_heads", "group_size",
                                "max_kv_len", "max_num_seqs", "dtype_pairs") + _KV_SHAPE,
     "write_kv": _KV_SHAPE + ("dtype_pairs",),
+    "ragged_paged_attention_csr": ("split_kv_min_keys", "max_head_dim", "q_len", "num_q_heads", "group_size",
+                                   "max_kv_len", "max_num_seqs", "dtype_pairs") + _KV_SHAPE,
     "rotate_keys": _KV_SHAPE,
     "shift_keys": _KV_SHAPE,
     "causal_conv1d_update": ("min_width", "max_num_seqs"),

@@ -232,7 +232,7 @@ def page_table_step_cases(draw, claims: OpClaims, *, min_history: int = 0):
 #: the attention columns the CSR form draws (per-token scores are not part of MD-23)
 def csr_attention_variants():
     from . import paged_attention as pa
-    return tuple(v for v in pa.ATTENTION_VARIANTS if "return_scores" not in v.features)
+    return tuple(v for v in pa.ATTENTION_VARIANTS if "return_scores" not in v.features and not v.layout)
 
 
 def block_table_inputs(x: dict) -> dict:
