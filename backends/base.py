@@ -28,6 +28,8 @@ OPS: dict[str, str] = {
     "selective_state_update": "recurrent",
     "ssd_chunked_scan": "recurrent",
     "rwkv6_wkv": "recurrent",
+    "gated_delta_rule_update": "recurrent",
+    "gated_delta_rule_chunked": "recurrent",
 }
 
 
