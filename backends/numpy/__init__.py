@@ -13,7 +13,8 @@ from kvconform.reference import dtypes
 ALL_FEATURES = ("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores",
                 "per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas",
                 "state_indices", "theta_form", "lut_form",
-                "initial_states", "snapshots", "padding_slots", "multi_token", "bias", "silu", "mamba2")
+                "initial_states", "snapshots", "padding_slots", "multi_token", "bias", "silu", "mamba2",
+                "qk_l2norm")
 ALL_LAYOUTS = ("separate", "combined", "flat", "half", "interleaved")
 
 

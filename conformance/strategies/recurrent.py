@@ -567,3 +567,8 @@ def rwkv_checks(case: Case, expected: dict, actual: dict) -> dict:
 
 CHECKS = {"causal_conv1d_update": conv_checks, "selective_state_update": ssu_checks,
           "ssd_chunked_scan": ssd_checks, "rwkv6_wkv": rwkv_checks}
+
+
+# --- gated delta rule ops (RS-28 … RS-35): strategies and checks live in recurrent_gated_delta.py, which
+# adds its VARIANTS, STRATEGIES and CHECKS entries to the dicts above when it is loaded (here).
+from . import recurrent_gated_delta  # noqa: E402,F401
