@@ -74,6 +74,9 @@ class PallasBackend(Backend):
             "gated_delta_rule_update": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=("float32",),
                 features=("state_indices", "padding_slots", "qk_l2norm")),
+            "gated_delta_rule_chunked": OpClaims(
+                dtypes=FLOAT_ACTIVATIONS, kv_dtypes=("float32",),
+                features=("state_indices", "padding_slots", "initial_states", "qk_l2norm")),
         }
 
     # ------------------------------------------------------------------------------------------------
@@ -222,3 +225,11 @@ class PallasBackend(Backend):
         from .recurrent import adapter
         return adapter.gated_delta_rule_update(ref_gated_delta.validate_gated_delta_rule_update(
             q, k, v, g, beta, state, scale=scale, use_qk_l2norm=use_qk_l2norm, state_indices=state_indices))
+
+    def gated_delta_rule_chunked(self, q, k, v, g, beta, state, cu_seqlens, *, chunk_size=64, scale=None,
+                                 use_qk_l2norm=False, state_indices=None, has_initial_state=None):
+        """Same contract as reference.gated_delta_rule_chunked (RS-32, RS-33); out is float32."""
+        from .recurrent import adapter
+        return adapter.gated_delta_rule_chunked(ref_gated_delta.validate_gated_delta_rule_chunked(
+            q, k, v, g, beta, state, cu_seqlens, chunk_size=chunk_size, scale=scale, use_qk_l2norm=use_qk_l2norm,
+            state_indices=state_indices, has_initial_state=has_initial_state))

@@ -104,6 +104,10 @@ def _jitted(name: str):
     if name == "gated_delta_update":
         from .recurrent.gated_delta import gated_delta_update_kernel
         return jax.jit(gated_delta_update_kernel, static_argnames=("heads_per_block", "norm", "interpret"))
+    if name == "gated_delta_chunked":
+        from .recurrent.gated_delta import gated_delta_chunked_kernel
+        return jax.jit(gated_delta_chunked_kernel,
+                       static_argnames=("chunk", "num_chunks", "heads_per_block", "norm", "interpret"))
     raise KeyError(name)
 
 
