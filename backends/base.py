@@ -35,6 +35,8 @@ OPS: dict[str, str] = {
     "slot_mapping_from_arena": "metadata",
     "page_table_step": "metadata",
     "ragged_paged_attention_csr": "metadata",
+    "gated_delta_rule_update": "recurrent",
+    "gated_delta_rule_chunked": "recurrent",
 }
 
 
@@ -55,6 +57,8 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "ssd_chunked_scan": ("state_indices", "padding_slots", "initial_states", "snapshots", "dt_bias",
                          "dt_softplus", "skip_d", "z_gate", "grouped_bc"),
     "rwkv6_wkv": ("state_indices", "padding_slots", "initial_states"),
+    "gated_delta_rule_update": ("state_indices", "padding_slots", "qk_l2norm"),
+    "gated_delta_rule_chunked": ("state_indices", "padding_slots", "initial_states", "qk_l2norm"),
 }
 # MD-23: attention over CSR metadata draws the block-table attention columns (per-token scores aside)
 FEATURES["ragged_paged_attention_csr"] = tuple(f for f in FEATURES["ragged_paged_attention"] if f != "return_scores")
@@ -78,6 +82,8 @@ LIMITS: dict[str, tuple[str, ...]] = {
     "selective_state_update": ("max_num_seqs",),
     "ssd_chunked_scan": ("max_num_seqs",),
     "rwkv6_wkv": ("max_num_seqs",),
+    "gated_delta_rule_update": ("max_num_seqs",),
+    "gated_delta_rule_chunked": ("max_num_seqs",),
 }
 
 

@@ -14,6 +14,7 @@ from ...reference import kv_write as ref_kv_write
 from ...reference import paged_attention as ref_attention
 from ...reference import rotation as ref_rotation
 from ...reference.recurrent import conv1d as ref_conv1d
+from ...reference.recurrent import gated_delta as ref_gated_delta
 from ...reference.recurrent import rwkv6 as ref_rwkv6
 from ...reference.recurrent import selective_state as ref_selective_state
 from ...reference.recurrent import ssd_scan as ref_ssd_scan
@@ -70,6 +71,12 @@ class PallasBackend(Backend):
             "rwkv6_wkv": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=("float32",),
                 features=("state_indices", "padding_slots", "initial_states")),
+            "gated_delta_rule_update": OpClaims(
+                dtypes=FLOAT_ACTIVATIONS, kv_dtypes=("float32",),
+                features=("state_indices", "padding_slots", "qk_l2norm")),
+            "gated_delta_rule_chunked": OpClaims(
+                dtypes=FLOAT_ACTIVATIONS, kv_dtypes=("float32",),
+                features=("state_indices", "padding_slots", "initial_states", "qk_l2norm")),
         }
 
     # ------------------------------------------------------------------------------------------------
@@ -225,6 +232,20 @@ class PallasBackend(Backend):
         return adapter.rwkv6_wkv(ref_rwkv6.validate_rwkv6_wkv(
             r, k, v, w, u, state, cu_seqlens, state_indices=state_indices, has_initial_state=has_initial_state))
 
+    def gated_delta_rule_update(self, q, k, v, g, beta, state, *, scale=None, use_qk_l2norm=False,
+                                state_indices=None):
+        """Same contract as reference.gated_delta_rule_update (RS-28 .. RS-31); out is float32."""
+        from .recurrent import adapter
+        return adapter.gated_delta_rule_update(ref_gated_delta.validate_gated_delta_rule_update(
+            q, k, v, g, beta, state, scale=scale, use_qk_l2norm=use_qk_l2norm, state_indices=state_indices))
+
+    def gated_delta_rule_chunked(self, q, k, v, g, beta, state, cu_seqlens, *, chunk_size=64, scale=None,
+                                 use_qk_l2norm=False, state_indices=None, has_initial_state=None):
+        """Same contract as reference.gated_delta_rule_chunked (RS-32, RS-33); out is float32."""
+        from .recurrent import adapter
+        return adapter.gated_delta_rule_chunked(ref_gated_delta.validate_gated_delta_rule_chunked(
+            q, k, v, g, beta, state, cu_seqlens, chunk_size=chunk_size, scale=scale, use_qk_l2norm=use_qk_l2norm,
+            state_indices=state_indices, has_initial_state=has_initial_state))
 
 def _token_scales(scale, slots: np.ndarray, n_pad: int, page_size: int, hkv: int) -> np.ndarray:
     """f32[N_pad, Hkv, 1]: the scale each token head is stored with (PA-44, PA-48): the pool's scale, its

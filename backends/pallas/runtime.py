@@ -101,6 +101,13 @@ def _jitted(name: str):
     if name == "rwkv6":
         from .recurrent.rwkv6 import rwkv6_kernel
         return jax.jit(rwkv6_kernel, static_argnames=("window", "num_windows", "heads_per_block", "interpret"))
+    if name == "gated_delta_update":
+        from .recurrent.gated_delta import gated_delta_update_kernel
+        return jax.jit(gated_delta_update_kernel, static_argnames=("heads_per_block", "norm", "interpret"))
+    if name == "gated_delta_chunked":
+        from .recurrent.gated_delta import gated_delta_chunked_kernel
+        return jax.jit(gated_delta_chunked_kernel,
+                       static_argnames=("chunk", "num_chunks", "heads_per_block", "norm", "interpret"))
     raise KeyError(name)
 
 

@@ -76,6 +76,13 @@ class TritonBackend(Backend):
             "rwkv6_wkv": OpClaims(
                 dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
                 features=("state_indices", "padding_slots", "initial_states")),
+            # Gated delta rule (RS-28 .. RS-33): float32 math; the chunked kernel is the WY/UT form.
+            "gated_delta_rule_update": OpClaims(
+                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
+                features=("state_indices", "padding_slots", "qk_l2norm")),
+            "gated_delta_rule_chunked": OpClaims(
+                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
+                features=("state_indices", "padding_slots", "initial_states", "qk_l2norm")),
         }
 
     # ---------------------------------------------------------------------------------------------
@@ -230,6 +237,21 @@ class TritonBackend(Backend):
         from .recurrent import adapter
         return adapter.rwkv6_wkv(self._rt().device, r, k, v, w, u, state, cu_seqlens,
                                  state_indices=state_indices, has_initial_state=has_initial_state)
+
+    def gated_delta_rule_update(self, q, k, v, g, beta, state, *, scale=None, use_qk_l2norm=False,
+                                state_indices=None):
+        """RS-28 .. RS-31: one token per row, state [num_slots, H, K, V] -> GatedDeltaUpdate (out float32)."""
+        from .recurrent import adapter
+        return adapter.gated_delta_rule_update(self._rt().device, q, k, v, g, beta, state, scale=scale,
+                                               use_qk_l2norm=use_qk_l2norm, state_indices=state_indices)
+
+    def gated_delta_rule_chunked(self, q, k, v, g, beta, state, cu_seqlens, *, chunk_size=64, scale=None,
+                                 use_qk_l2norm=False, state_indices=None, has_initial_state=None):
+        """RS-32, RS-33: packed varlen GDN prefill (WY chunk form) -> GatedDeltaScan (out float32, pool)."""
+        from .recurrent import adapter
+        return adapter.gated_delta_rule_chunked(self._rt().device, q, k, v, g, beta, state, cu_seqlens,
+                                                chunk_size=chunk_size, scale=scale, use_qk_l2norm=use_qk_l2norm,
+                                                state_indices=state_indices, has_initial_state=has_initial_state)
 
 
 def _f64(original, upcast: np.ndarray, dev):

@@ -640,3 +640,12 @@ HISTORY_INPUTS = {"causal_conv1d_update": ("x", "weight", "conv_state"),
                   "selective_state_update": ("x", "B", "C", "state"),
                   "ssd_chunked_scan": ("x", "B", "C", "state"),
                   "rwkv6_wkv": ("r", "k", "v", "u", "state")}
+
+
+# --- gated delta rule ops (RS-28 … RS-35): strategies and checks live in recurrent_gated_delta.py, which
+# adds its VARIANTS, STRATEGIES and CHECKS entries to the dicts above when it is loaded (here).
+from . import recurrent_gated_delta  # noqa: E402,F401
+
+DIAGNOSIS.update({op: _recurrent_diagnosis for op in STRATEGIES if op not in DIAGNOSIS})
+HISTORY_INPUTS.update({"gated_delta_rule_update": ("q", "v", "state"),       # k keeps |k| <= 1 (RS-35)
+                       "gated_delta_rule_chunked": ("q", "v", "state")})

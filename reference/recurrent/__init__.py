@@ -3,6 +3,9 @@ and the state store. One module per kernel family; `slots` holds the pool rules 
 from .activations import SOFTPLUS_THRESHOLD, silu, softplus
 from .conv1d import ConvUpdate, ConvUpdateCall, causal_conv1d_update, validate_causal_conv1d_update
 from .conv_layouts import window_from_circular, window_from_rolled, window_to_rolled
+from .gated_delta import (L2NORM_EPS, GatedDeltaCall, GatedDeltaScan, GatedDeltaUpdate,
+                          gated_delta_rule_chunked, gated_delta_rule_update,
+                          validate_gated_delta_rule_chunked, validate_gated_delta_rule_update)
 from .rwkv6 import WKV6, WKV6Call, rwkv6_wkv, validate_rwkv6_wkv
 from .selective_state import (SelectiveStateCall, SelectiveStateUpdate, selective_state_update,
                               validate_selective_state_update)
@@ -15,12 +18,14 @@ from .store import (Checkpoint, SlotAssignment, StoreError, StoreMeta, StoreUpda
 __all__ = [
     # kernels (op names of backends/base.py OPS)
     "causal_conv1d_update", "selective_state_update", "ssd_chunked_scan", "rwkv6_wkv",
-    "ConvUpdate", "SelectiveStateUpdate", "SSDScan", "WKV6",
+    "gated_delta_rule_update", "gated_delta_rule_chunked",
+    "ConvUpdate", "SelectiveStateUpdate", "SSDScan", "WKV6", "GatedDeltaUpdate", "GatedDeltaScan",
     # their argument checks: backends call these first, so errors match the oracle's (RS-2 … RS-20)
     "validate_causal_conv1d_update", "validate_selective_state_update", "validate_ssd_chunked_scan",
     "validate_rwkv6_wkv", "ConvUpdateCall", "SelectiveStateCall", "SSDScanCall", "WKV6Call",
+    "validate_gated_delta_rule_update", "validate_gated_delta_rule_chunked", "GatedDeltaCall",
     # pool rules and pointwise functions
-    "PAD_SLOT", "SOFTPLUS_THRESHOLD", "softplus", "silu",
+    "PAD_SLOT", "SOFTPLUS_THRESHOLD", "L2NORM_EPS", "softplus", "silu",
     # conv window layouts (RS-13)
     "window_from_rolled", "window_to_rolled", "window_from_circular",
     # the store (RS-21 … RS-27)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....reference.recurrent.conv1d import ConvUpdate, ConvUpdateCall
+from ....reference.recurrent.gated_delta import GatedDeltaCall, GatedDeltaScan, GatedDeltaUpdate
 from ....reference.recurrent.rwkv6 import WKV6, WKV6Call
 from ....reference.recurrent.selective_state import SelectiveStateCall, SelectiveStateUpdate
 from ....reference.recurrent.ssd_scan import SSDScan, SSDScanCall
@@ -194,3 +195,65 @@ def rwkv6_wkv(call: WKV6Call) -> WKV6:
     out = heads.unpad(_unpack(per_seq, cu)[:, :, :dv], 1)
     new_pool = heads.unpad(np.asarray(new_pool)[:num_slots, :, :dk, :dv], 1).astype(pool.dtype)
     return WKV6(out, new_pool)
+
+
+def gated_delta_rule_update(call: GatedDeltaCall) -> GatedDeltaUpdate:
+    """RS-28 .. RS-31. Batch rows pad to pow2(B, 4); state heads pad per q/k group (HeadBuckets with the
+    q/k heads as groups, so head h keeps reading q/k head h // (H // Hk)); K and V to 8-row tiles
+    (padded k, v are zero, so padded state rows and columns stay zero and add nothing to a real output)."""
+    pool = call.state
+    num_slots, h, dk, dv = pool.shape
+    batch = call.v.shape[0]
+    heads = HeadBuckets(h, call.q.shape[1])
+    rows, kk, vv, hp = pow2(batch, MIN_ROWS), sublanes(dk), sublanes(dv), heads.padded_heads
+
+    def qk(a):  # [B, Hk, K] -> [rows, Hk', K']
+        return embed(heads.pad(a, 1, per_group=True), (rows, heads.padded_groups, kk))
+
+    def per_head(a, tail):  # [B, H, *] -> [rows, H', *tail]
+        return embed(heads.pad(a, 1), (rows, hp) + tail)
+
+    hb = _head_block(heads.padded_per_group, kk * vv * 4)
+    out, new_pool = kernel("gated_delta_update")(
+        qk(call.q), qk(call.k), per_head(call.v, (vv,)), per_head(call.g[:, :, None], (1,)),
+        per_head(call.beta[:, :, None], (1,)), np.full((1, 1), call.scale, F32),
+        embed(heads.pad(pool, 1), (pow2(num_slots), hp, kk, vv)), _slots(call.state_indices, rows),
+        heads_per_block=hb, norm=call.use_qk_l2norm, interpret=interpret_params())
+    out = heads.unpad(np.asarray(out)[:batch, :, :dv], 1)
+    new_pool = heads.unpad(np.asarray(new_pool)[:num_slots, :, :dk, :dv], 1).astype(pool.dtype)
+    return GatedDeltaUpdate(out, new_pool)
+
+
+def gated_delta_rule_chunked(call: GatedDeltaCall) -> GatedDeltaScan:
+    """RS-32, RS-33 over packed sequences (RS-17). chunk_size is a hint (RS-33): the kernel's chunks are
+    Q = its power-of-two ceiling clamped to [8, 64]. Token arrays stay token-major with zero rows past T
+    (at least Q of them, so every chunk window DMA is in bounds); heads pad per q/k group, K and V to
+    8-row tiles; the chunk-major output is unpacked here."""
+    pool = call.state
+    num_slots, h, dk, dv = pool.shape
+    tokens = call.v.shape[0]
+    heads = HeadBuckets(h, call.q.shape[1])
+    cu = call.cu_seqlens
+    lengths = np.diff(cu)
+    Q = min(max(pow2(call.chunk_size), 8), 64)
+    nc = pow2(-(-int(lengths.max(initial=0)) // Q))
+    t_pad = pow2(tokens + Q, MIN_TOKENS)
+    kk, vv, hp = sublanes(dk), sublanes(dv), heads.padded_heads
+    s_pad, cu_k, slots, init = _sequences(cu, call.state_indices, call.has_initial_state, tokens)
+
+    def qk(a):  # [T, Hk, K] -> [t_pad, Hk', K']
+        return embed(heads.pad(a, 1, per_group=True), (t_pad, heads.padded_groups, kk))
+
+    def per_head(a, tail):  # [T, H, *] -> [t_pad, H', *tail]
+        return embed(heads.pad(a, 1), (t_pad, hp) + tail)
+
+    hb = _head_block(heads.padded_per_group, (kk * vv + 3 * Q * Q + 2 * Q * vv) * 4)
+    out, new_pool = kernel("gated_delta_chunked")(
+        qk(call.q), qk(call.k), per_head(call.v, (vv,)), per_head(call.g, ()), per_head(call.beta, ()),
+        np.full((1, 1), call.scale, F32), embed(heads.pad(pool, 1), (pow2(num_slots), hp, kk, vv)),
+        cu_k, slots, init, chunk=Q, num_chunks=nc, heads_per_block=hb, norm=call.use_qk_l2norm,
+        interpret=interpret_params())
+    per_seq = np.asarray(out).reshape(s_pad, nc * Q, hp, vv)
+    out = heads.unpad(_unpack(per_seq, cu)[:, :, :dv], 1)
+    new_pool = heads.unpad(np.asarray(new_pool)[:num_slots, :, :dk, :dv], 1).astype(pool.dtype)
+    return GatedDeltaScan(out, new_pool)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from kvconform.reference import dtypes
-from kvconform.reference.recurrent import (WKV6, ConvUpdate, SelectiveStateUpdate, SSDScan,
-                                           validate_causal_conv1d_update, validate_rwkv6_wkv,
-                                           validate_selective_state_update, validate_ssd_chunked_scan)
+from kvconform.reference.recurrent import (WKV6, ConvUpdate, GatedDeltaScan, GatedDeltaUpdate,
+                                           SelectiveStateUpdate, SSDScan, validate_causal_conv1d_update,
+                                           validate_gated_delta_rule_chunked, validate_gated_delta_rule_update,
+                                           validate_rwkv6_wkv, validate_selective_state_update,
+                                           validate_ssd_chunked_scan)
 
 from ..convert import metadata, to_numpy, to_torch
 
@@ -129,3 +131,34 @@ def rwkv6_wkv(dev, r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_
     kern.rwkv6_wkv_(st, *(_t(a, dev) for a in (r, k, v, w, u)), metadata(cu_seqlens, dev),
                     _idx(state_indices, dev), _flags(has_initial_state, dev), out)
     return WKV6(to_numpy(out), to_numpy(st))
+
+
+def gated_delta_rule_update(dev, q, k, v, g, beta, state, *, scale=None, use_qk_l2norm=False, state_indices=None):
+    """RS-28 .. RS-31; see reference.gated_delta_rule_update. Returns GatedDeltaUpdate(out float32
+    [B, H, V], new pool [num_slots, H, K, V] in the pool dtype)."""
+    import torch
+    from . import gated_delta as kern
+    call = validate_gated_delta_rule_update(q, k, v, g, beta, state, scale=scale, use_qk_l2norm=use_qk_l2norm,
+                                            state_indices=state_indices)
+    st = to_torch(call.state, dev, copy=True)
+    out = torch.empty(call.v.shape, dtype=torch.float32, device=dev)
+    kern.gated_delta_rule_update_(st, *(_t(a, dev) for a in (q, k, v, g, beta)), _idx(state_indices, dev), out,
+                                  scale=call.scale, norm=call.use_qk_l2norm)
+    return GatedDeltaUpdate(to_numpy(out), to_numpy(st))
+
+
+def gated_delta_rule_chunked(dev, q, k, v, g, beta, state, cu_seqlens, *, chunk_size=64, scale=None,
+                             use_qk_l2norm=False, state_indices=None, has_initial_state=None):
+    """RS-32, RS-33 (packing, indices and fresh state as RS-17, RS-5); see
+    reference.gated_delta_rule_chunked. Returns GatedDeltaScan(out float32 [T, H, V], new pool)."""
+    import torch
+    from . import gated_delta as kern
+    call = validate_gated_delta_rule_chunked(q, k, v, g, beta, state, cu_seqlens, chunk_size=chunk_size,
+                                             scale=scale, use_qk_l2norm=use_qk_l2norm,
+                                             state_indices=state_indices, has_initial_state=has_initial_state)
+    st = to_torch(call.state, dev, copy=True)
+    out = torch.empty(call.v.shape, dtype=torch.float32, device=dev)
+    kern.gated_delta_rule_chunked_(st, *(_t(a, dev) for a in (q, k, v, g, beta)), metadata(cu_seqlens, dev),
+                                   _idx(state_indices, dev), _flags(has_initial_state, dev), out,
+                                   scale=call.scale, chunk_size=call.chunk_size, norm=call.use_qk_l2norm)
+    return GatedDeltaScan(to_numpy(out), to_numpy(st))

@@ -20,7 +20,7 @@ from . import as_float, as_int, grown, index, need, rule
 
 VARIANTS = rs.VARIANTS
 POOL = {"causal_conv1d_update": "conv_state", "selective_state_update": "state", "ssd_chunked_scan": "state",
-        "rwkv6_wkv": "state"}
+        "rwkv6_wkv": "state", "gated_delta_rule_update": "state", "gated_delta_rule_chunked": "state"}
 
 
 def valid(op: str, claims: OpClaims, variant):
@@ -89,7 +89,8 @@ def _slot_rules(op: str) -> tuple:
 
     def too_few_slots(draw, x, claims):
         rows = x[pool].shape[0]
-        batch = np.asarray(x["cu_seqlens"]).shape[0] - 1 if "cu_seqlens" in x else np.asarray(x["x"]).shape[0]
+        rows_of = x["x"] if "x" in x else x["v"]          # gated delta rule ops: one v row per batch row
+        batch = np.asarray(x["cu_seqlens"]).shape[0] - 1 if "cu_seqlens" in x else np.asarray(rows_of).shape[0]
         need(batch >= 1)
         return {pool: x[pool][:min(rows, batch) - draw(st.integers(1, batch))]}
 

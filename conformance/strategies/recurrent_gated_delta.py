@@ -1,0 +1,239 @@
+"""Strategies and comparison contract for the gated delta rule ops of the recurrent family
+(spec/recurrent.md RS-28 … RS-35): `gated_delta_rule_update` and `gated_delta_rule_chunked`.
+
+Registered in `strategies/recurrent.py` (VARIANTS, STRATEGIES, CHECKS), which is where the engine looks up
+an op of the recurrent family. Feature names (one features-matrix column each), besides the shared
+`state_indices`, `padding_slots` and `initial_states` of strategies/recurrent.py:
+
+    qk_l2norm   use_qk_l2norm=True drawn (RS-29)
+
+Cases are clean: every input is finite. The don't-care locations are declared as poison regions
+(`Case.poison`): `padding_inputs` (q, k, v, g, beta of padding rows / sequences, RS-3), `unaddressed_rows`
+(pool rows no entry addresses, which must come back bit for bit, RS-4) and `fresh_rows` (rows of sequences
+with has_initial_state False, which must never be read, RS-5, filled with +inf). Differential tests run the
+clean case; the `poison` property runs `case.with_poison()`.
+
+Tested domain (RS-35): g in (-2, 0] (decays in (0.13, 1]), beta in [0, 1), and without normalisation keys
+scaled to |k| <= 1 so that every transition exp(g) (I - beta k k^T) is contracting; with normalisation
+q and k are any finite values. Shapes: Hk in {1, 2} q/k heads, H = Hk * {1, 2} state heads, K, V <= 3
+(<= 2 in the long column). Long column: as SSD's (strategies/recurrent.py), a first sequence of 9 … 20
+tokens with hints (8, 16, 1, 3, 4): crosses the Triton kernel's 16-token chunks.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from kvconform.backends.base import OpClaims
+from kvconform.reference import dtypes
+from kvconform.reference.recurrent.gated_delta import l2_normalize, qk_heads
+
+from .. import tolerance
+from ..case import Case, PoisonRegion
+from . import recurrent as rs
+from .values import floats, seeds
+
+_INDEXED = ("RS-2", "RS-4", "RS-7", "RS-31")
+_PADDED = ("RS-3", "RS-4", "RS-31")
+GDN_UPDATE_VARIANTS = (
+    rs.Variant("base", (), ("RS-1", "RS-6", "RS-28", "RS-29", "RS-30", "RS-31", "RS-35")),
+    rs.Variant("state_indices", ("state_indices",), _INDEXED),
+    rs.Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
+    rs.Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
+)
+GDN_CHUNKED_VARIANTS = (
+    rs.Variant("base", (), ("RS-1", "RS-6", "RS-17", "RS-28", "RS-29", "RS-30", "RS-32", "RS-33", "RS-35")),
+    rs.Variant("state_indices", ("state_indices",), _INDEXED),
+    rs.Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED + ("RS-32",)),
+    rs.Variant("initial_states", ("initial_states",), ("RS-5", "RS-32")),
+    rs.Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
+    rs.Variant("long", (), ("RS-17", "RS-32", "RS-33"), long=True),
+)
+TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
+
+
+def _heads(draw) -> tuple[int, int]:
+    """(H, Hk): shrinks towards H = 2, Hk = 1 (shared q/k head); H = 4, Hk = 2 tells h // 2 from h % 2."""
+    qk = draw(st.sampled_from((1, 2)))
+    return qk * draw(st.sampled_from((2, 1))), qk
+
+
+def _token_arrays(rng, rows: int, heads: int, qk: int, dk: int, dv: int, act: str, norm: bool) -> dict:
+    q = floats(rng, (rows, qk, dk), act)
+    k = floats(rng, (rows, qk, dk), act)
+    if not norm:
+        # RS-35: |k| <= 1 keeps beta |k|^2 <= 1 (rounded back to the activation dtype, then re-capped).
+        norms = np.sqrt((k.astype(np.float64) ** 2).sum(-1, keepdims=True))
+        k = (k.astype(np.float64) / np.maximum(1.0, norms) * 0.99).astype(k.dtype)
+    return dict(q=q, k=k, v=floats(rng, (rows, heads, dv), act),
+                g=-rs._positive(rng, (rows, heads), act, max_exp=0),
+                beta=rs._positive(rng, (rows, heads), act, min_exp=-4, max_exp=-1))
+
+
+def _pool_regions(pool: np.ndarray, idx, rows: int, fresh=None) -> list[PoisonRegion]:
+    used = {int(s) for s in rs._live_rows(idx, rows) if s >= 0}
+    spare = [s for s in range(pool.shape[0]) if s not in used]
+    regions = [PoisonRegion("unaddressed_rows", "state", (np.asarray(spare, dtype=np.int64),), clause="RS-4",
+                            what="pool rows no entry addresses (returned bit for bit)")]
+    if fresh is not None:
+        rows_fresh = [int(s) for i, s in enumerate(rs._live_rows(idx, rows)) if s >= 0 and fresh[i]]
+        regions.append(PoisonRegion("fresh_rows", "state", (np.asarray(rows_fresh, dtype=np.int64),),
+                                    clause="RS-5", what="rows of sequences with has_initial_state False",
+                                    value=np.inf))
+    return regions
+
+
+def _padding_regions(mask: np.ndarray) -> list[PoisonRegion]:
+    rows = np.flatnonzero(mask)
+    return [PoisonRegion("padding_inputs", name, (rows,), clause="RS-3",
+                         what="inputs of padding rows (never read)") for name in TOKEN_INPUTS]
+
+
+def _options(draw, variant: rs.Variant) -> dict:
+    kw = {}
+    if "qk_l2norm" in variant.features:
+        kw["use_qk_l2norm"] = True
+    scale = draw(st.sampled_from((None, 0.5, 2.0)))
+    if scale is not None:
+        kw["scale"] = scale
+    return kw
+
+
+@st.composite
+def gdn_update_cases(draw, claims: OpClaims, variant: rs.Variant):
+    """A `gated_delta_rule_update` call (RS-28 … RS-31) within `claims`."""
+    act, pool_dtype = rs._dtypes(draw, claims, variant)
+    rows = draw(st.integers(1, 3))
+    heads, qk = _heads(draw)
+    dk, dv = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    idx, num_slots = rs._slots(draw, rows, variant)
+    kw = _options(draw, variant)
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    arrays = _token_arrays(rng, rows, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False))
+    state = floats(rng, (num_slots, heads, dk, dv), pool_dtype)
+    poison = _pool_regions(state, idx, rows)
+    if idx is not None:
+        kw["state_indices"] = idx
+        poison += _padding_regions(np.asarray(idx) < 0)
+    inputs = dict(**arrays, state=state, **kw)
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows, heads=heads, qk_heads=qk,
+                  k=dk, v=dv, num_slots=num_slots, variant=variant.name)
+    return Case("gated_delta_rule_update", inputs, params, seed, poison=tuple(poison))
+
+
+@st.composite
+def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: int = 3, max_len: int = 4,
+                      chunk_size: int | None = None):
+    """A `gated_delta_rule_chunked` call (RS-32, RS-33): varlen with empty sequences, chunk hints 1 … 64."""
+    act, pool_dtype = rs._dtypes(draw, claims, variant)
+    if variant.long:
+        chunk = chunk_size or draw(st.sampled_from(rs.LONG_CHUNK_SIZES))
+        multiples = tuple(chunk * i for i in range(1, rs.SSD_LONG_MAX // chunk + 1) if chunk * i >= 8)
+        edges = rs.SSD_LONG_EDGES + tuple(m for m in multiples if m not in rs.SSD_LONG_EDGES)
+        lengths, cu = rs._lengths(draw, min(max_seqs, 2), rs.SSD_LONG_MAX,
+                                  st.one_of(st.sampled_from(edges), st.integers(9, rs.SSD_LONG_MAX)))
+        dk, dv = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    else:
+        lengths, cu = rs._lengths(draw, max_seqs, max_len)
+        chunk = chunk_size or draw(st.sampled_from(rs.CHUNK_SIZES))
+        dk, dv = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    heads, qk = _heads(draw)
+    seqs, tokens = len(lengths), int(cu[-1])
+    idx, num_slots = rs._slots(draw, seqs, variant)
+    has_initial = rs._fresh(draw, seqs, variant)
+    kw = _options(draw, variant)
+    seed = draw(seeds)
+    rng = np.random.default_rng(seed)
+    arrays = _token_arrays(rng, tokens, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False))
+    state = floats(rng, (num_slots, heads, dk, dv), pool_dtype)
+    poison = _pool_regions(state, idx, seqs, None if has_initial is None else ~has_initial)
+    if idx is not None:
+        kw["state_indices"] = idx
+        pad_tokens = np.zeros(tokens, dtype=bool)
+        for s in np.flatnonzero(np.asarray(idx) < 0):
+            pad_tokens[cu[s]:cu[s + 1]] = True
+        poison += _padding_regions(pad_tokens)
+    if has_initial is not None:
+        kw["has_initial_state"] = has_initial
+    inputs = dict(**arrays, state=state, cu_seqlens=cu, chunk_size=chunk, **kw)
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
+                  heads=heads, qk_heads=qk, k=dk, v=dv, chunk_size=chunk, num_slots=num_slots,
+                  variant=variant.name)
+    return Case("gated_delta_rule_chunked", inputs, params, seed, poison=tuple(poison))
+
+
+# --- comparison contract (spec/numerics.md NU-R2g) -------------------------------------------------
+
+def _per_head(x: dict, live: np.ndarray):
+    """q^, k^ per state head [R, H, K] and v, beta, g of the live rows / tokens, float64."""
+    q = np.asarray(x["q"], np.float64)[live]
+    k = np.asarray(x["k"], np.float64)[live]
+    if x.get("use_qk_l2norm", False):
+        q, k = l2_normalize(q), l2_normalize(k)
+    heads = qk_heads(np.shape(x["v"])[1], q.shape[1])
+    return (q[:, heads], k[:, heads], np.asarray(x["v"], np.float64)[live],
+            np.asarray(x["beta"], np.float64)[live], np.asarray(x["g"], np.float64)[live])
+
+
+def _finite_rows(pool: np.ndarray, slots, flags=None) -> np.ndarray:
+    keep = [int(s) for i, s in enumerate(slots) if s >= 0 and (flags is None or flags[i])]
+    rows = np.asarray(pool[keep], np.float64) if keep else np.zeros((0,) + pool.shape[1:])
+    return np.where(np.isfinite(rows), rows, 0.0)
+
+
+def _gdn_checks(case: Case, expected: dict, actual: dict, seq_of: np.ndarray, live: np.ndarray, slots,
+                flags, longest: int) -> dict:
+    """NU-R2g: out and written state rows class R with n = L (K + 1) (1 + Lambda); padding rows 0;
+    every other pool row exact (NU-R1). Precision from the inputs: out in v's dtype, states in the pool's."""
+    x = case.inputs
+    q, k, v, beta, g = _per_head(x, live)
+    seq_live = seq_of[live]
+    S0 = _finite_rows(x["state"], slots, flags)
+    start = float(np.sqrt((S0 ** 2).sum(axis=(2, 3))).max(initial=0.0))          # max_{s,h} ||S0||_F
+    writes = beta * np.linalg.norm(k, axis=-1) * np.linalg.norm(v, axis=-1)          # [R, H]
+    growth = max((float(writes[seq_live == s].sum(axis=0).max(initial=0.0)) for s in np.unique(seq_live)),
+                 default=0.0)
+    Lambda = max((float(np.abs(g[seq_live == s]).sum(axis=0).max(initial=0.0)) for s in np.unique(seq_live)),
+                 default=0.0)
+    M_state = start + growth
+    scale = float(x["scale"]) if x.get("scale") is not None else np.shape(x["state"])[2] ** -0.5
+    M_out = scale * float(np.linalg.norm(q, axis=-1).max(initial=0.0)) * M_state
+    dk = np.shape(x["state"])[2]
+    n = int(np.ceil(max(longest, 1) * (dk + 1) * (1.0 + Lambda)))
+    out_dtype = dtypes.dtype_name(np.asarray(x["v"]).dtype)
+    mask = np.zeros(np.shape(expected["out"]), dtype=bool)
+    mask[live] = True
+    checks = rs._split(expected, actual, "out", "padding", mask,
+                       rs.class_r(out_dtype, n, M_out, "GDN output"), rs._zero(out_dtype, "padding outputs"))
+    pool_dtype = dtypes.dtype_name(x["state"].dtype)
+    checks.update(rs._pool_checks(expected, actual, "state", slots,
+                                  rs.class_r(pool_dtype, n, M_state, "GDN state")))
+    return checks
+
+
+def gdn_update_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """`gated_delta_rule_update`: NU-R2g with L = 1."""
+    x = case.inputs
+    rows = np.shape(x["v"])[0]
+    slots = rs._live_rows(x.get("state_indices"), rows)
+    live = np.asarray(slots) >= 0
+    return _gdn_checks(case, expected, actual, np.arange(rows), live, slots, None, 1)
+
+
+def gdn_chunked_checks(case: Case, expected: dict, actual: dict) -> dict:
+    """`gated_delta_rule_chunked`: NU-R2g with L the longest live sequence."""
+    cu, seqs, slots, flags, token_live, lengths, longest = rs._varlen(case.inputs)
+    seq_of = np.repeat(np.arange(seqs), lengths)
+    return _gdn_checks(case, expected, actual, seq_of, token_live, slots, flags, longest)
+
+
+VARIANTS = {"gated_delta_rule_update": GDN_UPDATE_VARIANTS, "gated_delta_rule_chunked": GDN_CHUNKED_VARIANTS}
+STRATEGIES = {"gated_delta_rule_update": gdn_update_cases, "gated_delta_rule_chunked": gdn_chunked_cases}
+CHECKS = {"gated_delta_rule_update": gdn_update_checks, "gated_delta_rule_chunked": gdn_chunked_checks}
+
+# Registered with the family module, where the engine looks an op up (strategies/recurrent.py imports
+# this module at its end, so the entries exist whichever of the two is imported first).
+rs.VARIANTS.update(VARIANTS)
+rs.STRATEGIES.update(STRATEGIES)
+rs.CHECKS.update(CHECKS)
