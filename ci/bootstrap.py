@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
         step("project tests", [PY, "-m", "pytest", "-n", "2", "-q", "tests"])
         step("conformance gate (ci profile: numpy, triton and pallas backends)",
              [kvconform, "run", "--backend", "numpy", "--backend", "triton", "--backend", "pallas",
-              "--profile", "ci", "--out", "ci-out"])
+              "--profile", "ci", "--jobs", "2", "--out", "ci-out"])
 
 
 if __name__ == "__main__":
