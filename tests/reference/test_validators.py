@@ -29,6 +29,8 @@ VALIDATORS = {
     "slot_mapping_from_arena": "validate_slot_mapping_from_arena",
     "page_table_step": "validate_page_table_step",
     "ragged_paged_attention_csr": "validate_ragged_paged_attention_csr",
+    "gated_delta_rule_update": "validate_gated_delta_rule_update",
+    "gated_delta_rule_chunked": "validate_gated_delta_rule_chunked",
 }
 
 
