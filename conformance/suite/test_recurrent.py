@@ -33,8 +33,15 @@ F32, NAN = np.float32, np.nan
 L2 = math.log(2.0)   # softplus(0) = ln 2; with A = -1 the decay exp(-ln 2) is 1/2
 
 
+#: numerics every compared recurrent case applies (compare_outputs and the family's CHECKS): NU-1 upcast, NU-2
+#: float64 reference, NU-3 required precision, NU-4 / NU-R1 class E rows and windows, NU-6 / NU-R2 class R
+#: outputs and states, NU-7 non-finite, NU-8 floors, NU-9 bounded inputs
+NUMERICS = ("NU-1", "NU-2", "NU-3", "NU-4", "NU-6", "NU-7", "NU-8", "NU-9", "NU-R1", "NU-R2")
+
+
 def _clauses(variants) -> tuple[str, ...]:
-    return tuple(sorted({c for v in variants for c in v.clauses}))
+    snapshots = ("NU-R4",) if any("snapshots" in v.features for v in variants) else ()   # RS-19 snapshots
+    return tuple(sorted({c for v in variants for c in v.clauses})) + NUMERICS + snapshots
 
 
 # --- differential ----------------------------------------------------------------------------------
