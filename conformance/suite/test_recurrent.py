@@ -48,7 +48,8 @@ def _clauses(variants) -> tuple[str, ...]:
 
 def _differential(kvc, op, variant):
     base = rs.VARIANTS[op][0]
-    kvc.cite(*dict.fromkeys(base.clauses + variant.clauses))
+    snapshots = ("NU-R4",) if "snapshots" in variant.features else ()
+    kvc.cite(*dict.fromkeys(base.clauses + variant.clauses + NUMERICS + snapshots))
     claims = kvc.claims(features=variant.features)
     # The long column (sequences across kernel chunk / window ends) costs more per example.
     kvc.for_all(rs.STRATEGIES[op](claims, variant), kvc.check, budget=rs.LONG_BUDGET if variant.long else 1.0)
