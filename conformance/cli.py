@@ -217,9 +217,9 @@ def cmd_coverage(args) -> int:
     table = coverage.coverage_table(clauses, tests)
     prefixes = (args.family.upper(),) if args.family else ()
     if args.json:
-        print(json.dumps({"clauses": clauses, "coverage": table}, indent=1))
+        print(json.dumps({"clauses": clauses, "coverage": table, "marked": coverage.marked_clauses()}, indent=1))
     else:
-        for line in coverage.render(table, clauses, prefixes):
+        for line in coverage.render(table, clauses, prefixes, coverage.marked_clauses()):
             print(line)
     return 0
 

@@ -2,7 +2,9 @@
 
 A clause is defined where its id opens a list item, a heading or a bold lead-in of a line
 (``- **PA-7** ...``, ``### PA-7``, ``**PA-7.**``, ``PA-7.`` at the start of a line); ids mentioned in
-running text are references, not definitions. Tests are found by importing the suite modules and reading
+running text are references, not definitions. A clause whose definition text (up to the next definition) contains
+``Not testable on a backend:`` followed by the reason is *marked*: it states a definition, a rule of the
+suite itself or an identity of the reference, and is counted apart from the covered ones. Tests are found by importing the suite modules and reading
 the `conformance_test` marker of each test function (no pytest run needed).
 """
 from __future__ import annotations
@@ -45,6 +47,28 @@ def defined_clauses(texts: dict[str, str] | None = None) -> dict[str, str]:
     return clauses
 
 
+MARK = "Not testable on a backend:"
+
+
+def marked_clauses(texts: dict[str, str] | None = None) -> dict[str, str]:
+    """clause id -> the reason given after `MARK` in its definition (clauses no backend test can check)."""
+    marked: dict[str, str] = {}
+    for name, text in sorted((texts or spec_files()).items()):
+        if name == "README.md":
+            continue
+        starts = list(_DEF.finditer(text))
+        for i, match in enumerate(starts):
+            end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+            body = text[match.start():end]
+            at = body.find(MARK)
+            if at >= 0:
+                rest = body[at + len(MARK):]
+                rest = rest.split("*")[0] if "*" in rest else rest.split("\n\n")[0]  # to the italic's end
+                reason = " ".join(rest.split()).rstrip(".")
+                marked.setdefault(match.group(1), reason)
+    return marked
+
+
 def suite_tests(suite_dir: Path | None = None) -> list[dict]:
     """[{test, module, op, clauses, layer}] for every marked test function of the suite."""
     suite_dir = suite_dir or Path(__file__).resolve().parent / "suite"
@@ -69,16 +93,23 @@ def coverage_table(clauses: dict[str, str], tests: list[dict]) -> dict[str, dict
     return table
 
 
-def render(table: dict, clauses: dict[str, str], prefixes: tuple[str, ...] = ()) -> list[str]:
+def render(table: dict, clauses: dict[str, str], prefixes: tuple[str, ...] = (),
+           marked: dict[str, str] | None = None) -> list[str]:
+    marked = marked or {}
     ids = [c for c in table if not prefixes or c.split("-")[0] in prefixes]
     ids.sort(key=lambda c: (c.split("-")[0], re.sub(r"\d", "", c), int(re.search(r"\d+", c).group())))
     lines = [f"{'clause':<8} {'spec':<22} " + " ".join(f"{layer:>12}" for layer in LAYERS)]
     for c in ids:
         lines.append(f"{c:<8} {clauses.get(c, '(not in spec)'):<22} " +
                      " ".join(f"{len(table[c][layer]):>12}" for layer in LAYERS))
-    uncovered = [c for c in ids if c in clauses and not any(table[c].values())]
+    untested = [c for c in ids if c in clauses and not any(table[c].values())]
+    uncovered = [c for c in untested if c not in marked]
+    shown = [c for c in untested if c in marked]
     unknown = [c for c in ids if c not in clauses]
-    lines.append(f"{len(ids) - len(uncovered) - len(unknown)}/{len(ids) - len(unknown)} clauses covered")
+    lines.append(f"{len(ids) - len(uncovered) - len(unknown)}/{len(ids) - len(unknown)} clauses covered"
+                 + (f" ({len(shown)} of them marked not testable on a backend)" if shown else ""))
+    for c in shown:
+        lines.append(f"marked {c}: {marked[c]}")
     if uncovered:
         lines.append("uncovered: " + " ".join(uncovered))
     if unknown:

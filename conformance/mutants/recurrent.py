@@ -30,6 +30,23 @@ class PaddingSlotWritesState(Mutant):
         return type(result)(result.out, pool)
 
 
+@mutant(op="selective_state_update", clause="RS-7",
+        description="the cells[i] bug (llama.cpp #12799): batch row i's new state is stored at pool slot i "
+                    "instead of its slot state_indices[i]")
+class StateStoredAtBatchIndex(Mutant):
+    def selective_state_update(self, state, x, dt, A, B, C, *, state_indices=None, **kw):
+        result = reference.selective_state_update(state, x, dt, A, B, C, state_indices=state_indices, **kw)
+        if state_indices is None:
+            return result
+        idx = np.asarray(state_indices)
+        pool = np.array(state, dtype=result.state.dtype, copy=True)
+        for i in np.flatnonzero(idx >= 0):
+            if i >= pool.shape[0]:      # a batch larger than the pool: the kernel would write out of bounds
+                continue
+            pool[i] = result.state[idx[i]]      # cells[i], not cells[state_indices[i]]
+        return type(result)(result.out, pool)
+
+
 @mutant(op="rwkv6_wkv", clause="RS-2",
         description="sequences are sorted by slot for the launch grid and final states are scattered "
                     "back in sorted order: a sequence's state lands in another sequence's slot")

@@ -120,14 +120,14 @@ def test_plan_eviction_golden(kvc, name):
 
 # --- differential ----------------------------------------------------------------------------------
 
-@conformance_test(op="accumulate_scores", layer="differential", clauses=("EV-3", "EV-4", "EV-5", "EV-16"))
+@conformance_test(op="accumulate_scores", layer="differential", clauses=("EV-3", "EV-4", "EV-5", "EV-16", "NU-4", "NU-EV1", "NU-EV2"))
 def test_accumulate_differential(kvc):
     kvc.for_all(ev.accumulate_cases(kvc.claims()), kvc.check)
 
 
 @conformance_test(op="plan_eviction", layer="differential",
                   clauses=("EV-1", "EV-6", "EV-7", "EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14",
-                           "EV-15", "EV-16"))
+                           "EV-15", "EV-16", "NU-4", "NU-EV1", "NU-EV3"))
 def test_plan_eviction_differential(kvc):
     kvc.for_all(ev.plan_cases(kvc.claims()), kvc.check)
 

@@ -26,8 +26,15 @@ from kvconform.conformance.strategies.malformed import paged_attention as pa_bad
 from kvconform.conformance.strategies.values import reseeded
 
 BASE_CLAUSES = pa.ATTENTION_VARIANTS[0].clauses
-ALL_ATTENTION_CLAUSES = tuple(sorted({c for v in pa.ATTENTION_VARIANTS for c in v.clauses}))
-ALL_WRITE_CLAUSES = tuple(sorted({c for v in pa.WRITE_VARIANTS for c in v.clauses}))
+#: clauses every compared case of the op checks: the op and its output values (PA-1, PA-20; empty
+#: sequences and rows that always see a key are drawn, PA-8, PA-9; the logit order PA-13) and the numerics
+#: compare_outputs applies (NU-1 upcast, NU-2 float64 reference, NU-3 required precision, NU-6 / NU-PA1 /
+#: NU-PA2 class R, NU-7 non-finite, NU-8 floors, NU-9 bounded inputs)
+ATTENTION_EVERY_CASE = ("PA-1", "PA-8", "PA-9", "PA-13", "PA-20", "NU-1", "NU-2", "NU-3", "NU-6", "NU-7",
+                        "NU-8", "NU-9", "NU-PA1", "NU-PA2")
+WRITE_EVERY_CASE = ("NU-1", "NU-4", "NU-7", "NU-9", "NU-PA3")     # write_kv results are class E
+ALL_ATTENTION_CLAUSES = tuple(sorted({c for v in pa.ATTENTION_VARIANTS for c in v.clauses})) + ATTENTION_EVERY_CASE
+ALL_WRITE_CLAUSES = tuple(sorted({c for v in pa.WRITE_VARIANTS for c in v.clauses})) + WRITE_EVERY_CASE
 F32, NAN = np.float32, np.nan
 
 
@@ -219,7 +226,7 @@ def test_write_kv_golden(kvc, name):
 @conformance_test(op="ragged_paged_attention", layer="differential", clauses=ALL_ATTENTION_CLAUSES)
 @pytest.mark.parametrize("variant", pa.ATTENTION_VARIANTS, ids=str)
 def test_attention_differential(kvc, variant):
-    kvc.cite(*dict.fromkeys(BASE_CLAUSES + variant.clauses))
+    kvc.cite(*dict.fromkeys(BASE_CLAUSES + variant.clauses + ATTENTION_EVERY_CASE))
     claims = kvc.claims(features=variant.features)
     budget = pa.LONG_BUDGET if variant.long else pa.MANY_HEADS_BUDGET if variant.name == "many_kv_heads" else 1.0
     kvc.for_all(pa.attention_cases(claims, variant), kvc.check, budget=budget)
@@ -228,7 +235,7 @@ def test_attention_differential(kvc, variant):
 @conformance_test(op="write_kv", layer="differential", clauses=ALL_WRITE_CLAUSES)
 @pytest.mark.parametrize("variant", pa.WRITE_VARIANTS, ids=str)
 def test_write_kv_differential(kvc, variant):
-    kvc.cite(*dict.fromkeys(pa.WRITE_VARIANTS[0].clauses + variant.clauses))
+    kvc.cite(*dict.fromkeys(pa.WRITE_VARIANTS[0].clauses + variant.clauses + WRITE_EVERY_CASE))
     claims = kvc.claims(features=variant.features)
     kvc.for_all(pa.write_kv_cases(claims, variant), kvc.check)
 

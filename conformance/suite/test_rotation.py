@@ -26,8 +26,14 @@ from kvconform.conformance.strategies.values import reseeded
 NAN = np.nan
 ROTATE_CLAUSES = ("RO-1", "RO-2", "RO-5", "RO-6", "RO-8", "RO-9", "RO-11")
 SHIFT_CLAUSES = ("RO-1", "RO-2", "RO-3", "RO-5", "RO-8", "RO-10", "RO-11")
-ALL_ROTATE = tuple(dict.fromkeys(ROTATE_CLAUSES + tuple(c for v in ro.ROTATE_VARIANTS for c in v.clauses)))
-ALL_SHIFT = tuple(dict.fromkeys(SHIFT_CLAUSES + tuple(c for v in ro.SHIFT_VARIANTS for c in v.clauses)))
+#: numerics the rotation CHECKS apply: NU-1, NU-3, NU-7, NU-9; class U rotated pairs (NU-5, NU-RO2 / NU-RO3),
+#: copies exact (NU-4, NU-RO1), pairs with a non-finite input or a zero sign not compared (NU-RO5)
+ROTATE_NUMERICS = ("NU-1", "NU-3", "NU-4", "NU-5", "NU-7", "NU-9", "NU-RO1", "NU-RO2", "NU-RO5")
+SHIFT_NUMERICS = ("NU-1", "NU-3", "NU-4", "NU-5", "NU-7", "NU-9", "NU-RO1", "NU-RO3", "NU-RO5")
+ALL_ROTATE = tuple(dict.fromkeys(ROTATE_CLAUSES + tuple(c for v in ro.ROTATE_VARIANTS for c in v.clauses)
+                                 + ROTATE_NUMERICS))
+ALL_SHIFT = tuple(dict.fromkeys(SHIFT_CLAUSES + tuple(c for v in ro.SHIFT_VARIANTS for c in v.clauses)
+                                + SHIFT_NUMERICS))
 
 
 def _need_layout(claims, layout: str) -> None:
@@ -149,7 +155,7 @@ def test_rotate_keys_no_blocks_is_a_copy(kvc):
 @conformance_test(op="rotate_keys", layer="differential", clauses=ALL_ROTATE)
 @pytest.mark.parametrize("variant", ro.ROTATE_VARIANTS, ids=str)
 def test_rotate_keys_differential(kvc, variant):
-    kvc.cite(*dict.fromkeys(ROTATE_CLAUSES + variant.clauses))
+    kvc.cite(*dict.fromkeys(ROTATE_CLAUSES + variant.clauses + ROTATE_NUMERICS))
     claims = kvc.claims(features=variant.features)
     kvc.for_all(ro.rotate_keys_cases(claims, variant), kvc.check)
 
@@ -157,7 +163,7 @@ def test_rotate_keys_differential(kvc, variant):
 @conformance_test(op="shift_keys", layer="differential", clauses=ALL_SHIFT)
 @pytest.mark.parametrize("variant", ro.SHIFT_VARIANTS, ids=str)
 def test_shift_keys_differential(kvc, variant):
-    kvc.cite(*dict.fromkeys(SHIFT_CLAUSES + variant.clauses))
+    kvc.cite(*dict.fromkeys(SHIFT_CLAUSES + variant.clauses + SHIFT_NUMERICS))
     claims = kvc.claims(features=variant.features)
     kvc.for_all(ro.shift_keys_cases(claims, variant), kvc.check)
 

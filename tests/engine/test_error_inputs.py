@@ -132,6 +132,20 @@ def test_coverage_counts_error_clauses():
         assert table[clause]["errors"], clause
 
 
+def test_coverage_marked_clauses_are_counted_apart():
+    """A clause marked in the spec as not testable on a backend is listed with its reason, not as
+    uncovered; a covered clause carrying the mark would be a contradiction."""
+    texts = {"x.md": "- **XX-1 (a).** Rule.\n  *Not testable on a backend: reason one.*\n- **XX-2 (b).** Other.\n"}
+    assert coverage.marked_clauses(texts) == {"XX-1": "reason one"}
+    clauses = coverage.defined_clauses(texts)
+    table = coverage.coverage_table(clauses, [])
+    lines = coverage.render(table, clauses, (), coverage.marked_clauses(texts))
+    assert "1/2 clauses covered (1 of them marked not testable on a backend)" in lines
+    assert lines[-1] == "uncovered: XX-2"
+    real = coverage.coverage_table(coverage.defined_clauses(), coverage.suite_tests())
+    assert not [c for c in coverage.marked_clauses() if any(real[c].values())]
+
+
 # --- the verdict itself (rejection.py) -------------------------------------------------------------
 
 REJECTION = Rejection(("PA-42",), ("slot_mapping",), "slots must be distinct", "ValueError")
