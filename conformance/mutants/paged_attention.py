@@ -270,3 +270,25 @@ class WriteKvFirstTokenScale(Mutant):
             k_scale = np.broadcast_to(k_scale[first // page_size, first % page_size], k_scale.shape).copy()
             v_scale = np.broadcast_to(v_scale[first // page_size, first % page_size], v_scale.shape).copy()
         return reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
+
+
+@mutant(op="write_kv", clause="PA-44",
+        description="float8_e5m2 stores overflow as +-inf instead of saturating to the largest finite value "
+                    "(a non-finite stored value where the reference is finite)")
+class WriteKvE5m2OverflowToInf(Mutant):
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
+        result = reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
+        if dtypes.dtype_name(k_pages.dtype) != "float8_e5m2" or np.ndim(k_scale) != 0:
+            return result
+        page_size = k_pages.shape[1]
+        live = slot_mapping >= 0
+        pools = []
+        for pool, x, scale in ((result.k_pages, k, k_scale), (result.v_pages, v, v_scale)):
+            pool = pool.copy()
+            slots = slot_mapping[live]
+            q = np.asarray(x[live], np.float32) / np.asarray(scale, np.float32)
+            over = np.abs(q) > 57344.0
+            flat = pool.reshape(-1, *pool.shape[2:])
+            flat[slots] = np.where(over, np.sign(q) * np.inf, flat[slots].astype(np.float32)).astype(pool.dtype)
+            pools.append(pool)
+        return type(result)(*pools)
