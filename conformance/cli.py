@@ -246,6 +246,8 @@ def cmd_replay(args) -> int:
         raise UsageError(str(exc)) from None
     print(f"replay {args.directory}: op {case.op}, backend {spec}, clauses {', '.join(meta.get('clauses') or [])}")
     print(f"  case: {case.shape_summary()}")
+    if (meta.get("diagnosis") or {}).get("summary"):
+        print(f"  diagnosis (when recorded): {meta['diagnosis']['summary']}")
     if case.rejection is not None:
         return _replay_rejection(case, worker)
     try:

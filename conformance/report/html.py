@@ -119,6 +119,14 @@ def _failures(report: dict) -> str:
                    f'<code>{e(r["id"])}</code>')
         if r.get("counterexample"):
             out.append(f"<p>counterexample: <code>{e(r['counterexample'])}</code></p>")
+        diagnosis = r.get("diagnosis") or {}
+        if diagnosis.get("summary"):
+            out.append(f"<p class=diagnosis><b>diagnosis:</b> {e(diagnosis['summary'])}</p>")
+            rows = "".join(f"<tr><td>{e(v.get('name'))}</td><td>{e(v.get('outcome'))}</td>"
+                           f"<td>{e(v.get('detail', ''))}</td></tr>" for v in diagnosis.get("variations", []))
+            if rows:
+                out.append(f"<table class=variations><tr><th>variation</th><th>outcome</th><th>detail</th></tr>"
+                           f"{rows}</table>")
         out.append(f"<pre>{e(r.get('message', ''))}</pre>")
         if r.get("repro"):
             out.append(f"<p>replay: <code>kvconform replay {e(r['repro'])}</code></p>")

@@ -43,6 +43,8 @@ def render(report: dict) -> str:
             first = (r.get("message") or "").splitlines()[:3]
             for line in first:
                 lines.append(f"  - {_esc(line)[:300]}")
+            if (r.get("diagnosis") or {}).get("summary"):
+                lines.append(f"  - diagnosis: {_esc(r['diagnosis']['summary'])[:400]}")
             if r.get("repro"):
                 lines.append(f"  - replay: `kvconform replay {r['repro']}`")
     unmatched = report.get("expectations", {}).get("unmatched", [])

@@ -9,7 +9,9 @@
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -220,3 +222,18 @@ def test_numerical_and_rejection_tests_are_counted_apart(cli, tmp_path):
     md = (out / "report.md").read_text()
     assert "numerical tests" in md and "errors layer (rejection tests)" in md
     assert "errors layer (rejection tests)" in (out / "report.html").read_text()
+
+
+def test_diagnosis_reaches_the_reports_and_replay(cli, tmp_path):
+    out = tmp_path / "out"
+    cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:VTailLeakAndSoftCapError",
+        "--ops", "ragged_paged_attention", "--profile", "ci", "--out", str(out), timeout=900)
+    report = cli.report(out)
+    leak = next(r for r in report["results"] if r["status"] == "fail" and "poison" in r["id"])
+    assert "(v_tail)" in leak["diagnosis"]["summary"]
+    assert "diagnosis: fails only when" in (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    assert "diagnosis:" in html and "only v_tail poisoned" in html
+    case = json.loads((Path(leak["repro"]) / "case.json").read_text())
+    assert "(v_tail)" in case["diagnosis"]["summary"]
+    assert "diagnosis (when recorded): fails only when" in cli("replay", leak["repro"]).stdout
