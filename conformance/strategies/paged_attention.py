@@ -358,9 +358,15 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     hkv = pick(draw, constraints.allowed(claims, "num_kv_heads", range(1, 4), "KV head count"), "Hkv")
     num_pages = draw(st.integers(1, constraints.upper(claims, "max_pages", 3)))
     capacity = num_pages * page_size
-    n = draw(st.integers(0, min(max_tokens, capacity + 2)))
-    slots = draw(st.lists(st.integers(0, capacity - 1), min_size=0, max_size=min(n, capacity), unique=True))
-    skipped = n - len(slots)
+    # A list of unique slots drawn freely is empty in ~60% of Hypothesis's draws, so most calls would
+    # write nothing: the token count and the written count are drawn instead, a call writing nothing
+    # (no tokens, or only skipped ones) stays about one draw in 16.
+    n = 0 if draw(st.integers(0, 15)) == 15 else draw(st.integers(1, min(max_tokens, capacity + 2)))
+    live = draw(st.integers(min(n, 1), min(n, capacity)))
+    if n and draw(st.integers(0, 15)) == 15:
+        live = 0
+    slots = draw(st.lists(st.integers(0, capacity - 1), min_size=live, max_size=live, unique=True))
+    skipped = n - live
     order = draw(st.permutations(list(slots) + [-1] * skipped))
     slot_mapping = np.asarray(order, dtype=np.int32).reshape(-1)
     kwargs = {}
@@ -371,7 +377,7 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
         kwargs["v_scale"] = draw(st.sampled_from(SCALES + BOUNDARY_SCALES))
         big = 9   # reach saturation of the storage format (PA-44)
         # values within an ulp of the format's rounding ties and saturation edges (PA-44)
-        boundary = x_dtype in ("float32", "float64") and draw(st.booleans())
+        boundary = draw(st.integers(0, 2)) > 0   # booleans() came out True in only ~1 draw in 5 here
     scale_shape = _scale_shape(variant, num_pages, page_size, hkv)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)

@@ -62,21 +62,38 @@ def poison_value(name: str):
 
 
 def quantization_ties(rng: np.random.Generator, like: np.ndarray, storage: str, scale) -> np.ndarray:
-    """Values of `like`'s dtype (scale: a scalar or an array broadcastable to it) whose quotient by `scale` lies within 2 float32 ulps of a rounding tie of
-    `storage` (float8 or int8): midpoints between adjacent finite values (subnormals included), the
-    saturation edge past the largest value, and values far beyond it; 30% stay as in `like`.
+    """Values of `like`'s dtype (scale: a scalar or an array broadcastable to it) whose quotient by
+    `scale` lies within 2 float32 ulps of a rounding tie of `storage` (float8 or int8): midpoints between
+    adjacent finite values (subnormals included), or (a quarter of them) the saturation edge past the
+    largest value and values far beyond it; 30% stay as in `like`.
 
     Random normals almost never land there, yet that is where `x / s` and `x * fl32(1/s)` or a
     round-half-away rule differ from the pinned rounding of PA-44 (reference/dtypes.py:quantize)."""
     grid = np.unique(finite_values(storage).astype(np.float64))
     top, step = grid[-1], grid[-1] - grid[-2]
-    targets = np.concatenate([(grid[:-1] + grid[1:]) / 2, [top + step / 2, -(top + step / 2), 3 * top, -3 * top]])
-    x = (targets[rng.integers(0, targets.size, size=like.shape)]
-         * np.asarray(scale, np.float32).astype(np.float64)).astype(np.float32)
+    ties = (grid[:-1] + grid[1:]) / 2
+    edges = np.array([top + step / 2, -(top + step / 2), 3 * top, -3 * top])
+    # A quarter of the drawn values sit at or past the saturation edge: among the ~250 ties of float8_e5m2
+    # the 4 edge targets would otherwise be drawn once in 60 values, and overflow-to-inf (PA-44) missed
+    # (and at least one, so that even a one-token call of head_dim 2 reaches it).
+    at_edge = rng.random(like.shape) < 0.25
+    one = np.unravel_index(rng.integers(0, like.size), like.shape) if like.size else None
+    if one is not None:
+        at_edge[one] = True
+    target = np.where(at_edge, edges[rng.integers(0, edges.size, size=like.shape)],
+                      ties[rng.integers(0, ties.size, size=like.shape)])
+    x = (target * np.asarray(scale, np.float32).astype(np.float64)).astype(np.float32)
     bits = x.view(np.int32) + rng.integers(-2, 3, size=like.shape).astype(np.int32)
     nudged = np.where(x != 0, bits, x.view(np.int32)).view(np.float32)
+    with np.errstate(over="ignore"):
+        drawn = nudged.astype(like.dtype)
+    # 30% keep their value from `like` (never the one edge value); so does a target past `like`'s range
+    # (3 * 57344 overflows float16), since an infinite input tests no rounding tie
     keep = rng.random(like.shape) < 0.3
-    return np.where(keep, like, nudged.astype(like.dtype)).astype(like.dtype)
+    if one is not None:
+        keep[one] = False
+    keep |= ~np.isfinite(drawn.astype(np.float64))
+    return np.where(keep, like, drawn).astype(like.dtype)
 
 
 def reseeded(case, names, seed: int):
