@@ -21,8 +21,9 @@ import triton.language as tl  # noqa: E402
 
 from .storage import encode, storage_code, storage_view  # noqa: E402
 
-_TWO_PI_HI = 6.28125                      # 201/32: k * _TWO_PI_HI is exact for |k| < 2**44
-_TWO_PI_LO = 0.0019353071795864769253     # 2*pi - _TWO_PI_HI
+# constexpr: a compiled kernel may read no other module global (the interpreter does not enforce this)
+_TWO_PI_HI = tl.constexpr(6.28125)                    # 201/32: k * _TWO_PI_HI is exact for |k| < 2**44
+_TWO_PI_LO = tl.constexpr(0.0019353071795864769253)   # 2*pi - _TWO_PI_HI
 
 
 @triton.jit
@@ -44,8 +45,11 @@ def _rotate_kernel(k_ptr, kout_ptr, idx_ptr, delta_ptr, lut_ptr, freq_ptr, page_
     if THETA:
         w = tl.load(freq_ptr + j, mask=col_ok, other=0.0)                      # float64 w_j
         angle = delta.to(tl.float64)[:, None] * w[None, :]                     # RO-3, one float64 rounding
-        k = tl.floor(angle / (_TWO_PI_HI + _TWO_PI_LO) + 0.5)
-        red = ((angle - k * _TWO_PI_HI) - k * _TWO_PI_LO).to(tl.float32)
+        # float64 constants: a bare Python float in a kernel is typed float32, which would round _TWO_PI_LO
+        hi = tl.full([], _TWO_PI_HI, tl.float64)
+        lo = tl.full([], _TWO_PI_LO, tl.float64)
+        k = tl.floor(angle / (hi + lo) + 0.5)
+        red = ((angle - k * hi) - k * lo).to(tl.float32)
         c = tl.cos(red)
         s = tl.sin(red)
     else:

@@ -26,6 +26,13 @@ SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, database=N
                     suppress_health_check=list(HealthCheck))
 
 
+def _on_device(x: np.ndarray):
+    """x as a tensor on the device the kernels run on (CUDA natively, CPU under the interpreter)."""
+    import torch
+    from kvconform.backends.triton import _runtime
+    return torch.from_numpy(x).to(_runtime.configure().device)
+
+
 @pytest.fixture(scope="module")
 def backend():
     return make_backend()
@@ -157,19 +164,17 @@ def test_plan_eviction_nothing_to_evict_shapes(backend):
 @given(case=eviction_cases())
 def test_block_scores_kernel_bit_exact(kern, case):
     """EV-6 / EV-7: the device block scores equal reference.block_scores bit for bit (order pinned)."""
-    import torch
     config, L, ties, seed = case
     acc, counts = _state(config, L, ties, np.random.default_rng(seed))
-    got = kern.block_scores(torch.from_numpy(np.asarray(acc, np.float64)), torch.from_numpy(counts),
+    got = kern.block_scores(_on_device(np.asarray(acc, np.float64)), _on_device(counts),
                             config.block_size, config.aggregation == "norm_sum")
-    assert _bits_equal(got.numpy(), ref.block_scores(acc, counts, config))
+    assert _bits_equal(got.cpu().numpy(), ref.block_scores(acc, counts, config))
 
 
 @pytest.mark.parametrize("aggregation", ref.AGGREGATIONS)
 def test_block_score_order_and_near_ties(backend, kern, aggregation):
     """EV-7 left-to-right order matters: blocks holding the same tokens permuted have betas that differ
     in the last bits; both the scores and the resulting ranking (EV-10) must follow the reference."""
-    import torch
     rng = np.random.default_rng(7)
     B, n = 8, 24
     base = rng.standard_normal(B) * 10.0 ** rng.integers(-3, 4, size=B)
@@ -178,8 +183,8 @@ def test_block_score_order_and_near_ties(backend, kern, aggregation):
     config = ref.EvictionConfig(B, 0, 0, B * 8, aggregation)
     expected = ref.block_scores(acc, counts, config)
     assert len(set(expected.tolist())) > 1                      # the order really matters here
-    got = kern.block_scores(torch.from_numpy(acc), torch.from_numpy(counts), B, aggregation == "norm_sum")
-    assert _bits_equal(got.numpy(), expected)
+    got = kern.block_scores(_on_device(acc), _on_device(counts), B, aggregation == "norm_sum")
+    assert _bits_equal(got.cpu().numpy(), expected)
     table = rng.permutation(n).astype(np.int32)
     _check_plan(backend.plan_eviction(table, acc, counts, config), ref.plan_eviction(table, acc, counts, config))
 

@@ -65,6 +65,7 @@ def test_preselect_forced_cpu_even_with_gpu_node(monkeypatch, tmp_path):
 
 def test_configure_without_gpu_is_interpreter(fresh_configure):
     fresh_configure.setattr(torch.cuda, "is_available", lambda: False)
+    fresh_configure.setattr(_runtime, "_stdlib_interpreted", lambda: None)   # as in a process on a CPU machine
     fresh_configure.delenv("KVCONFORM_TRITON_DEVICE", raising=False)
     rt = _runtime.configure()
     assert rt.ok and rt.device == "cpu" and rt.interpret
@@ -92,6 +93,7 @@ def test_configure_with_gpu_but_forced_cpu_is_interpreter(fresh_configure):
     fresh_configure.setattr(torch.cuda, "is_available", lambda: True)
     fresh_configure.setattr(torch.cuda, "get_device_name", lambda i=0: "Mock H100")
     fresh_configure.setenv("KVCONFORM_TRITON_DEVICE", "cpu")
+    fresh_configure.setattr(_runtime, "_stdlib_interpreted", lambda: None)   # triton not yet imported
     rt = _runtime.configure()
     assert rt.ok and rt.device == "cpu" and rt.interpret
 
