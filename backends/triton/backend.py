@@ -107,7 +107,8 @@ class TritonBackend(Backend):
         q_len = np.diff(call.cu_q_lens[:call.num_seqs + 1])
         max_q = int(q_len.max()) if call.num_seqs else 0
         max_kv = int(call.kv_lens[:call.num_seqs].max()) if call.num_seqs else 0
-        splits = self._num_splits(max_q, max_kv, q.shape[1] // k_pages.shape[2], rt.interpret)
+        launch = kern.launch_defaults(call.num_seqs, max_q, max_kv, k_pages.shape[2], q.shape[1] // k_pages.shape[2],
+                                      split_min_kv=self._split_threshold(rt.interpret), interpret=rt.interpret)
         sinks_t = None if call.sinks is None else torch.tensor(call.sinks, dtype=torch.float32, device=dev)
         out, scores = kern.ragged_paged_attention(
             to_torch(q, dev), to_torch(k_pages, dev), to_torch(v_pages, dev),
@@ -115,7 +116,7 @@ class TritonBackend(Backend):
             call.num_seqs, sm_scale=call.sm_scale, sliding_window=call.sliding_window,
             soft_cap=call.soft_cap, sinks=sinks_t, k_scale=_scale_arg(call.k_scale, dev),
             v_scale=_scale_arg(call.v_scale, dev),
-            return_scores=return_scores, num_splits=splits, interpret=rt.interpret)
+            return_scores=return_scores, interpret=rt.interpret, **launch)
         out = to_numpy(out)
         if not return_scores:
             return out
@@ -125,15 +126,8 @@ class TritonBackend(Backend):
         """Keys from which decode batches use split-KV (claimed as the limit split_kv_min_keys)."""
         if self.split_min_kv is not None:
             return self.split_min_kv
-        return 256 if interpret else 2048
-
-    def _num_splits(self, max_q: int, max_kv: int, group: int, interpret: bool) -> int:
-        threshold = self._split_threshold(interpret)
-        block_q = max(1, 16 // _next_pow2(group))
-        if max_q > block_q or max_kv < threshold:
-            return 1
-        chunk = 128 if interpret else 512
-        return int(min(16, max(2, -(-max_kv // chunk))))
+        from .paged_attention import split_threshold
+        return split_threshold(interpret)
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
         call = validate_write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
@@ -259,10 +253,6 @@ def _f64(original, upcast: np.ndarray, dev):
     float64, else the exact float64 upcast made by validation."""
     original = np.asarray(original)
     return to_torch(original if original.dtype == np.float64 else upcast, dev)
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def _check_dtypes(q, k_pages) -> None:

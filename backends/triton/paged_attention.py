@@ -288,16 +288,61 @@ def attention_dot_dtype(q_dtype, kv_dtype, interpret: bool):
     return tl.float32
 
 
+#: Native launch defaults, from the H100 sweep (benchmarks/triton/sweep_attention.py, results in
+#: benchmarks/triton/results/h100_sweep_attention.json; bf16, Hq 32, Hkv 8, D 128, page 16):
+#: prefill 4 x 2048 causal was fastest with 64 rows per tile (block_q 16 at group 4) and block_n 32;
+#: decode 64 x 4096 with block_n 32 and no split (512 programs already fill the GPU); decode 1 x 32768
+#: with 32 splits of block_n 64 (0.36 of copy bandwidth against 0.18 with 64 splits).
+NATIVE_TILE_ROWS = 64
+NATIVE_SPLIT_PROGRAMS = 256     # about two programs per SM of an H100 (132 SMs)
+NATIVE_SPLIT_MIN_KEYS = 512     # keys per split below which the combine costs more than it saves
+INTERPRET_SPLIT_KEYS = 128      # interpreter: small splits so the conformance cases reach the combine
+
+
+def split_threshold(interpret: bool) -> int:
+    """Keys from which a decode-like call splits the KV range (the backend's split_kv_min_keys claim):
+    natively 2048, under the interpreter 256 so that small conformance cases reach split-KV."""
+    return 256 if interpret else 2048
+
+
+def launch_defaults(num_seqs: int, max_q: int, max_kv: int, num_kv_heads: int, group: int, *,
+                    split_min_kv: int, interpret: bool) -> dict:
+    """Launch parameters of `ragged_paged_attention` for one call: block_q, block_n, num_splits.
+
+    Decode-like calls (every sequence's rows fit one minimal tile) whose longest sequence has at least
+    `split_min_kv` keys split the KV range: natively into as many splits as bring the grid to about
+    NATIVE_SPLIT_PROGRAMS programs (at least NATIVE_SPLIT_MIN_KEYS keys each), under the interpreter into
+    2..16 splits of INTERPRET_SPLIT_KEYS keys, so that the split and combine code is what gets checked.
+    """
+    group_pad = triton.next_power_of_2(group)
+    min_rows = max(1, 16 // group_pad)              # tl.dot needs >= 16 rows per tile
+    decode_like = max_q <= min_rows
+    if interpret:
+        launch = {"block_q": min_rows, "block_n": 32}
+    else:
+        launch = {"block_q": min_rows if decode_like else max(min_rows, NATIVE_TILE_ROWS // group_pad),
+                  "block_n": 32}
+    if not decode_like or max_kv < split_min_kv:
+        return {**launch, "num_splits": 1}
+    if interpret:
+        return {**launch, "num_splits": int(min(16, max(2, -(-max_kv // INTERPRET_SPLIT_KEYS))))}
+    programs = max(1, num_seqs * num_kv_heads)
+    splits = min(-(-NATIVE_SPLIT_PROGRAMS // programs), max(1, max_kv // NATIVE_SPLIT_MIN_KEYS))
+    return {"block_q": min_rows, "block_n": 64 if splits > 1 else 32, "num_splits": int(max(1, splits))}
+
+
 def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                            sm_scale, sliding_window=None, soft_cap=None, sinks=None,
                            k_scale=None, v_scale=None, return_scores=False,
-                           num_splits=1, block_q=None, block_n=32, interpret=False):
+                           num_splits=1, block_q=None, block_n=32, num_warps=None, num_stages=None,
+                           interpret=False):
     """Launch the kernels on torch tensors (one device). Returns out float32[T, Hq, D] and, with
     return_scores, scores float32[S, pages_per_seq * page_size].
 
     q [T, Hq, D]; k_pages/v_pages [P, page_size, Hkv, D]; metadata int32/int64 tensors of any stride;
     num_seqs a Python int; sinks float32[Hq] or None; scales Python floats (float32 values) or None, or
     float32 tensors [Hkv] (per KV head) or [P, page_size, Hkv] (per token slot and head), PA-48.
+    block_q/block_n/num_warps/num_stages tune the attention kernel's launch (None: Triton's defaults).
     """
     import torch
     T, Hq, D = q.shape
@@ -337,6 +382,7 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     else:
         part, part_ml = out, lse
     common = (num_seqs, page_size, window, cap, qk_scale)
+    launch = {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
     _attention_kernel[grid](
         q, k_pages, v_pages, out, lse, part, part_ml, kv_lens, page_indices, cu_q_lens, sinks_t, ks_t, vs_t,
         *common, v_scale_f, *scale_strides,
@@ -345,7 +391,7 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
         part.stride(0), part.stride(1), part.stride(2), part_ml.stride(0), part_ml.stride(1),
         D=D, D_PAD=d_pad, GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=block_n,
         NUM_SPLITS=num_splits, HAS_SINKS=sinks is not None, WRITE_LSE=return_scores,
-        DOT_DTYPE=dot_dtype, SCALE_MODE=scale_mode, **flags)
+        DOT_DTYPE=dot_dtype, SCALE_MODE=scale_mode, **flags, **launch)
     if num_splits > 1:
         # Padding rows merge uninitialised partials: their output is unspecified (PA-25), and merging
         # all T rows avoids reading cu_q_lens on the host.

@@ -105,9 +105,12 @@ def main(argv=None) -> dict:
         kv_lens = torch.full((S,), L, dtype=torch.int32, device=dev)
         cu = torch.arange(S + 1, dtype=torch.int32, device=dev)
         q = torch.randn((S, Hq, D), generator=gen, device=dev).to(dt)
-        splits = max(1, min(16 if S > 1 else 64, L // (128 if rt.interpret else 512)))
+        # the backend's own launch choice
+        launch = pa.launch_defaults(S, 1, L, Hkv, Hq // Hkv, split_min_kv=pa.split_threshold(rt.interpret),
+                                    interpret=rt.interpret)
+        splits = launch["num_splits"]
         dec = lambda: pa.ragged_paged_attention(q, k, v, kv_lens, pages, cu, S, sm_scale=D ** -0.5,  # noqa: E731
-                                                num_splits=splits, interpret=rt.interpret)
+                                                interpret=rt.interpret, **launch)
         t_dec = run(dec, iters)
         kv_bytes = 2 * S * L * Hkv * D * k.element_size()
         results.update({f"{tag}_s": t_dec, f"{tag}_GBps": kv_bytes / t_dec / 1e9,
@@ -127,9 +130,10 @@ def main(argv=None) -> dict:
     q2 = torch.randn((S_pre * new, Hq, D), generator=gen, device=dev).to(dt)
     kv2 = torch.full((S_pre,), tot, dtype=torch.int32, device=dev)
     cu2 = torch.arange(S_pre + 1, dtype=torch.int32, device=dev) * new
+    launch2 = pa.launch_defaults(S_pre, new, tot, Hkv, Hq // Hkv, split_min_kv=pa.split_threshold(rt.interpret),
+                                 interpret=rt.interpret)
     pre = lambda: pa.ragged_paged_attention(q2, k2, v2, kv2, pages2, cu2, S_pre, sm_scale=D ** -0.5,  # noqa: E731
-                                            block_q=64 // (Hq // Hkv) if not rt.interpret else None,
-                                            interpret=rt.interpret)
+                                            interpret=rt.interpret, **launch2)
     t_pre = run(pre, iters)
     # SDPA on contiguous [S, H, len, D] data, GQA expanded, bottom-right causal mask (cached prefix visible).
     qs = q2.reshape(S_pre, new, Hq, D).transpose(1, 2)

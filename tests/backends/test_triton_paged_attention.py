@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 
 from kvconform import reference as ref  # noqa: E402
 from kvconform.reference import dtypes  # noqa: E402
+from kvconform.backends.triton import paged_attention as tpa  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
@@ -146,7 +147,7 @@ def test_split_kv_long_decode_with_sinks(backend):
     backend.split_min_kv = 0
     try:
         got = backend.ragged_paged_attention(*args, sinks=sinks, return_scores=True)
-        assert backend._num_splits(1, kv, 2, True) > 1
+        assert tpa.launch_defaults(2, 1, kv, 2, 2, split_min_kv=0, interpret=True)["num_splits"] > 1
     finally:
         backend.split_min_kv = None
     assert_conforms("ragged_paged_attention", inputs_of("ragged_paged_attention", *args, sinks=sinks,
@@ -160,3 +161,16 @@ def test_rejects_what_the_reference_rejects(backend):
     with pytest.raises(ValueError, match="Hq % Hkv"):
         backend.ragged_paged_attention(q, k, k, np.array([2], np.int32), np.array([[0]], np.int32),
                                        np.array([0, 2], np.int32), 1)
+
+
+def test_native_launch_defaults_follow_the_h100_sweep():
+    """The launch table (benchmarks/triton/results/h100_sweep_attention.json): many decode sequences fill
+    the GPU without splitting, one long sequence is split to ~256 programs, prefill tiles hold 64 rows."""
+    native = dict(split_min_kv=2048, interpret=False)
+    assert tpa.launch_defaults(64, 1, 4096, 8, 4, **native)["num_splits"] == 1
+    b1 = tpa.launch_defaults(1, 1, 32768, 8, 4, **native)
+    assert (b1["num_splits"], b1["block_n"]) == (32, 64)
+    assert tpa.launch_defaults(1, 1, 1000, 8, 4, **native)["num_splits"] == 1   # below split_kv_min_keys
+    assert tpa.launch_defaults(4, 2048, 2048, 8, 4, **native)["block_q"] * 4 == 64
+    # a decode row of a group of 4 needs only 4 tokens per tile for tl.dot's 16 rows
+    assert tpa.launch_defaults(64, 1, 4096, 8, 4, **native)["block_q"] == 4
