@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from importlib import metadata
 
-from .base import OPS, Availability, Backend, OpClaims  # noqa: F401  (re-exported)
+from .base import OPS, Availability, Backend, OpClaims, Unsupported  # noqa: F401  (re-exported)
 
 ENTRY_POINT_GROUP = "kvconform.backends"
 _SPEC_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")

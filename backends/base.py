@@ -7,8 +7,12 @@ same structure as the reference returns (an array, or a NamedTuple of arrays). T
 its own layout and device internally. Ops are pure: a backend must not modify its input arrays (our
 adapters copy before running in-place kernels).
 
-Floating outputs may be returned in the backend's own output dtype; the suite compares them with the
-tolerance of spec/numerics.md for that dtype. Integer outputs and stored data are compared exactly.
+Floating outputs may be returned in any float dtype at least as precise as the case requires: the
+tolerance comes from the case's inputs (spec/numerics.md NU-3), never from the returned dtype, and an
+output narrower than that fails. Integer outputs and stored data are compared exactly.
+
+A case outside what a kernel can do is stated up front in the claims (`OpClaims`); a backend may also
+decline one call by raising `Unsupported` (also `kvconform.Unsupported`) with its reason.
 """
 from __future__ import annotations
 
@@ -115,6 +119,14 @@ def claims_problems(capabilities: Mapping[str, Mapping[str, Any]]) -> dict[str, 
     return problems
 
 
+class Unsupported(Exception):
+    """Raised by a backend op for a case outside its kernel ("head_dim 96: tiles need D % 128 == 0").
+
+    For a case outside the backend's claims (e.g. with `--run-unclaimed`) the test is reported
+    `unsupported` with this reason, never as a pass. For a case inside its claims it is a failure: the
+    backend claims more than it supports (state the limit in `OpClaims.limits` instead)."""
+
+
 @dataclass(frozen=True)
 class OpClaims:
     """What a backend claims to support for one op. A claimed case that fails is a failure; a case
@@ -143,6 +155,11 @@ class OpClaims:
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else (dict(v) if isinstance(v, Mapping) else v))
                 for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "OpClaims":
+        """The claims `to_json` wrote (as describe() sends them from the worker)."""
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items()})
 
 
 @dataclass(frozen=True)

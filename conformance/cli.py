@@ -36,10 +36,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles quick/thorough)")
     run.add_argument("--timeout", type=float, default=None, help="seconds per backend call")
     run.add_argument("--run-unclaimed", action="store_true")
+    run.add_argument("--max-crashes", type=int, default=3, metavar="N",
+                     help="after N crashes or hangs in a row of one op, record its remaining tests as crash "
+                          "without running them (default 3; 0: never)")
     run.add_argument("--suite", default=None, help=argparse.SUPPRESS)
     run.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --")
 
-    sub.add_parser("list", help="backends found, whether they can run here, their claims")
+    lst = sub.add_parser("list", help="backends found, whether they can run here, their claims")
+    lst.add_argument("--backend", action="append", default=[], metavar="SPEC",
+                     help="list this backend only (entry-point name or package.module:factory; repeatable)")
+
+    chk = sub.add_parser("check-backend", help="what is wrong with a backend, in plain words: loading, claim "
+                                               "names, method signatures, one small case per claimed op")
+    chk.add_argument("backend", metavar="SPEC", help="entry-point name or package.module:factory")
+    chk.add_argument("--timeout", type=float, default=120.0, help="seconds per backend call (default 120)")
 
     cov = sub.add_parser("coverage", help="clause x layer coverage of the suite")
     cov.add_argument("--family", default=None, help="clause prefix, e.g. PA")
@@ -65,8 +75,8 @@ def main(argv=None) -> int:
     except SystemExit as exc:   # argparse already printed its one-line usage error
         return EXIT_USAGE if exc.code else 0
     try:
-        return {"run": cmd_run, "list": cmd_list, "coverage": cmd_coverage, "replay": cmd_replay,
-                "report": cmd_report}[args.command](args)
+        return {"run": cmd_run, "list": cmd_list, "check-backend": cmd_check_backend, "coverage": cmd_coverage,
+                "replay": cmd_replay, "report": cmd_report}[args.command](args)
     except UsageError as exc:
         print(f"kvconform: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -119,6 +129,8 @@ def cmd_run(args) -> int:
             raise UsageError(f"unknown op(s) {', '.join(unknown)}: known ops are {', '.join(OPS)}")
     if args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
+    if args.max_crashes < 0:
+        raise UsageError(f"--max-crashes must be >= 0 (0: never stop running a crashing op), got {args.max_crashes}")
     if args.shard:
         try:
             i, n = (int(x) for x in args.shard.split("/"))
@@ -153,6 +165,7 @@ def cmd_run(args) -> int:
         pytest_args += ["--kvc-timeout", str(args.timeout)]
     if args.run_unclaimed:
         pytest_args.append("--kvc-run-unclaimed")
+    pytest_args += ["--kvc-max-crashes", str(args.max_crashes)]
     if args.seed is not None:
         pytest_args.append(f"--hypothesis-seed={args.seed}")
     if args.jobs > 1:
@@ -189,23 +202,66 @@ def cmd_run(args) -> int:
 
 def cmd_list(args) -> int:
     from kvconform import backends
-    for found in backends.discover():
-        if found.backend is None:
-            print(f"{found.name:<10} cannot load: {found.error}")
-            continue
-        try:
-            desc = found.backend.describe()
-        except Exception as exc:
-            print(f"{found.name:<10} cannot describe itself: {type(exc).__name__}: {exc}")
-            continue
-        where = desc["device"] if desc["available"] else f"cannot run here: {desc['reason']}"
-        print(f"{found.name:<10} {desc['version']:<10} {where}")
-        for op, claims in desc["capabilities"].items():
-            feats = ",".join(claims.get("features", [])) or "-"
-            print(f"    {op:<24} dtypes={','.join(claims.get('dtypes', []))} "
-                  f"kv={','.join(claims.get('kv_dtypes', []))} page_sizes={claims.get('page_sizes') or 'any'} "
-                  f"head_dims={claims.get('head_dims') or 'any'} features={feats}")
+    if args.backend:
+        found = []
+        for spec in args.backend:
+            try:
+                target = backends.resolve(spec)
+            except backends.BackendLoadError as exc:
+                raise UsageError(str(exc)) from None
+            try:
+                found.append(backends.Found(spec, target, backend=backends.load(spec)))
+            except backends.BackendLoadError as exc:
+                found.append(backends.Found(spec, target, error=str(exc)))
+    else:
+        found = backends.discover()
+    for item in found:
+        _print_backend(item)
     return 0
+
+
+def _print_backend(found) -> None:
+    """One backend's line (version, where it runs) and one line per claimed op, limits included."""
+    if found.backend is None:
+        print(f"{found.name:<10} cannot load: {found.error}")
+        return
+    try:
+        desc = found.backend.describe()
+    except Exception as exc:
+        print(f"{found.name:<10} cannot describe itself: {type(exc).__name__}: {exc}")
+        return
+    where = desc["device"] if desc["available"] else f"cannot run here: {desc['reason']}"
+    print(f"{found.name:<10} {desc['version']:<10} {where}")
+    for op, claims in desc["capabilities"].items():
+        feats = ",".join(claims.get("features", [])) or "-"
+        line = (f"    {op:<24} dtypes={','.join(claims.get('dtypes', []))} "
+                f"kv={','.join(claims.get('kv_dtypes', []))} page_sizes={claims.get('page_sizes') or 'any'} "
+                f"head_dims={claims.get('head_dims') or 'any'} features={feats}")
+        if claims.get("layouts"):
+            line += f" layouts={','.join(claims['layouts'])}"
+        if claims.get("limits"):
+            line += " limits=" + json.dumps(claims["limits"], separators=(",", ":"))
+        print(line)
+
+
+def cmd_check_backend(args) -> int:
+    from kvconform import backends
+    from .backend_check import check_backend
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    try:
+        backends.resolve(args.backend)
+    except backends.BackendLoadError as exc:
+        raise UsageError(str(exc)) from None
+    findings, notes = check_backend(args.backend, timeout=args.timeout)
+    for note in notes:
+        print(f"ok    {note}")
+    for f in findings:
+        print(f"WRONG {f.op + ': ' if f.op else ''}{f.problem}")
+    print(f"kvconform check-backend: {len(findings)} problem(s) found" if findings
+          else "kvconform check-backend: no problem found (now run `kvconform run --backend "
+               f"{args.backend} --profile ci`)")
+    return 1 if findings else 0
 
 
 # --- coverage --------------------------------------------------------------------------------------
@@ -229,7 +285,7 @@ def cmd_coverage(args) -> int:
 def cmd_replay(args) -> int:
     from . import case as case_io
     from .harness import compare_outputs
-    from .worker import BackendCrash, BackendError, BackendUnavailable, InProcess, Worker
+    from .worker import BackendCrash, BackendDeclined, BackendError, BackendUnavailable, InProcess, Worker
     from kvconform import backends, reference
     try:
         case, meta = case_io.load(Path(args.directory))
@@ -265,6 +321,9 @@ def cmd_replay(args) -> int:
     except BackendError as exc:
         print(f"  FAIL: backend raised {exc.type_name}: {exc.message}")
         return 1
+    except BackendDeclined as exc:
+        print(f"  FAIL: backend raised kvconform.Unsupported({str(exc)!r}) (a recorded case lies inside its claims)")
+        return 1
     finally:
         worker.stop()
     if before:
@@ -299,7 +358,7 @@ def _replay_rejection(case, worker) -> int:
     """Replay an errors-layer case: the reference must still reject it, the backend must raise the same
     family with a message naming the argument (rejection.py)."""
     from . import rejection as rej
-    from .worker import BackendCrash, BackendError
+    from .worker import BackendCrash, BackendDeclined, BackendError
     from kvconform import reference
     try:
         expected = rej.run_reference(getattr(reference, case.op), case)
@@ -320,6 +379,9 @@ def _replay_rejection(case, worker) -> int:
             return 1
         print(f"  ok   rejected: {exc.type_name}: {exc.message}")
         return 0
+    except BackendDeclined as exc:
+        print(f"  FAIL: raised kvconform.Unsupported({str(exc)!r}) instead of rejecting the malformed call")
+        return 1
     finally:
         worker.stop()
     print(f"  FAIL: {rej.accepted(expected, actual)}")

@@ -39,7 +39,7 @@ from . import profiles, tolerance
 from .case import Case
 from .compare import FieldResult, compare_field
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
-from .worker import ALIAS, BackendError
+from .worker import ALIAS, BackendCrash, BackendDeclined, BackendError
 
 try:   # Hypothesis reports several distinct failures of one test as an exception group (Python >= 3.11)
     _GROUPS: tuple = (BaseExceptionGroup,)
@@ -139,6 +139,7 @@ class Harness:
         self.last_case: Case | None = None
         self._check_kind: tuple | None = None   # how the last compared case was judged (for the diagnosis)
         self._before: list[Case] = []           # calls a failure depends on (call history), replayed first
+        self.not_run = ""                       # set when the op kept crashing: record a crash, call nothing
         self.started = time.monotonic()
 
     # --- claims -------------------------------------------------------------------------------
@@ -163,31 +164,24 @@ class Harness:
                 pytest.skip(f"unsupported: {self.backend_name} does not claim {', '.join(missing)}")
             self.unclaimed = True
             raw = dict(raw, features=list(raw.get("features", [])) + list(self.features))
-        return OpClaims(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items()})
+        self._stop_if_not_run()
+        return OpClaims.from_json(raw)
+
+    def _stop_if_not_run(self) -> None:
+        if self.not_run:
+            raise BackendCrash(self.not_run)
 
     def require(self, claims: OpClaims, **space) -> None:
         """Skip as `unsupported` unless every given dimension lies within `claims`: dtype, kv_dtype,
         page_size, head_dim (the claimed sets, None = any) and any constraint claim of
-        strategies/constraints.py (q_len, num_q_heads, num_kv_heads, group_size, max_kv_len, ...; a list
+        strategies/constraints.py (q_len, num_q_heads, num_kv_heads, group_size, kv_len, ...; a list
         value must satisfy it element by element)."""
-        from .strategies.constraints import admits
-        fields = {"dtype": claims.dtypes, "kv_dtype": claims.kv_dtypes, "page_size": claims.page_sizes,
-                  "head_dim": claims.head_dims}
-        for key, value in space.items():
-            if self.unclaimed:
-                return
-            allowed = fields.get(key)
-            if allowed is not None and value not in allowed:
-                pytest.skip(f"unsupported: {self.backend_name} does not claim {key}={value}")
-            limit_name = {"kv_len": "max_kv_len", "num_seqs": "max_num_seqs", "num_pages": "max_pages"}.get(key, key)
-            constraint = claims.limits.get(limit_name)
-            values = value if isinstance(value, (list, tuple)) else [value]
-            if constraint is not None and isinstance(values[0], int) and not all(admits(constraint, v) for v in values):
-                pytest.skip(f"unsupported: {key}={value} is outside the claimed limit {limit_name}={constraint!r}")
-        pairs = claims.limits.get("dtype_pairs")
-        if pairs is not None and "dtype" in space and "kv_dtype" in space and not self.unclaimed:
-            if [space["dtype"], space["kv_dtype"]] not in [list(p) for p in pairs]:
-                pytest.skip(f"unsupported: ({space['dtype']}, {space['kv_dtype']}) is not a claimed dtype pair")
+        from .strategies.constraints import outside
+        if self.unclaimed:
+            return
+        reasons = outside(claims, space)
+        if reasons:
+            pytest.skip(f"unsupported: {self.backend_name} {reasons[0]}")
 
     def cite(self, *clauses: str) -> None:
         """Narrow the clauses of this test item (e.g. one golden case among several)."""
@@ -236,12 +230,15 @@ class Harness:
 
     def call(self, case: Case):
         """Run the backend on `case` in its worker; a backend exception is a failure of this case."""
+        self._stop_if_not_run()
         self._note(case)
         self.last_case = case
         try:
             result, mutated = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
         except BackendError as exc:
             self._fail(case, [], f"backend raised {exc.type_name}: {exc.message}", traceback=exc.tb)
+        except BackendDeclined as exc:
+            self._declined(case, str(exc))
         aliased = [m for m in mutated if ALIAS in m]
         mutated = [m for m in mutated if ALIAS not in m]
         if mutated:
@@ -250,6 +247,27 @@ class Harness:
             self._fail(case, [], f"backend returned outputs that share memory with its inputs ({'; '.join(aliased)}): "
                                  f"outputs must be fresh arrays (backends/base.py)")
         return result
+
+    def _declined(self, case: Case, reason: str) -> None:
+        """The backend raised kvconform.Unsupported(reason) on `case` (backends/base.py:Unsupported): the
+        test is `unsupported` if the case lies outside the backend's claims, else a failure."""
+        outside = self.outside_claims(case)
+        if outside:
+            pytest.skip(f"unsupported: {self.backend_name} declined a case outside its claims "
+                        f"({'; '.join(outside)}): {reason}")
+        self._fail(case, [], f"claims more than it supports: raised kvconform.Unsupported({reason!r}) for a "
+                             f"case inside its claims (state the limit in its OpClaims instead)")
+
+    def outside_claims(self, case: Case) -> list[str]:
+        """Why `case` lies outside the backend's claims for its op (empty: inside): the op or a feature of
+        this test not claimed (a --run-unclaimed run), or a dimension of the case outside the claimed
+        dtypes, sizes and limits (strategies/constraints.py)."""
+        from .strategies.constraints import case_space, outside
+        raw = self.description.get("capabilities", {}).get(case.op)
+        if raw is None:
+            return [f"does not claim op {case.op}"]
+        reasons = [f"does not claim feature {f}" for f in self.features if f not in raw.get("features", [])]
+        return reasons + outside(OpClaims.from_json(raw), case_space(case.params))
 
     def check(self, case: Case) -> Any:
         """Differential check of one case against the reference; returns the backend result."""
@@ -342,6 +360,7 @@ class Harness:
         # the reference's verdict fills in the error family the backend must match
         checked = run_reference(getattr(reference, case.op), dataclasses.replace(case, rejection=rejection))
         case = dataclasses.replace(case, rejection=checked)
+        self._stop_if_not_run()
         self._note(case)
         self.last_case = case   # a crash on malformed input leaves this case (with its rejection) behind
         try:
@@ -352,6 +371,8 @@ class Harness:
                 self._fail(case, [], problem, traceback=exc.tb)
             self.rejections += 1
             return
+        except BackendDeclined as exc:
+            self._declined(case, str(exc))
         self._fail(case, [], accepted(case.rejection, result))
 
     def expect(self, case: Case, actual: Any, expected: Any, *, what: str = "reference",

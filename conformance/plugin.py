@@ -37,6 +37,9 @@ def pytest_addoption(parser):
     g.addoption("--kvc-run-unclaimed", action="store_true",
                 help="also run cases outside the claims (pass -> unclaimed-pass, fail -> unsupported)")
     g.addoption("--kvc-isolation", choices=("subprocess", "none"), default="subprocess")
+    g.addoption("--kvc-max-crashes", type=int, default=3, metavar="N",
+                help="after N crashes or hangs in a row of one backend's op, record its remaining tests as "
+                     "crash without running them (0: never; counted per pytest process)")
 
 
 class RunState:
@@ -54,6 +57,8 @@ class RunState:
         except expectations.ExpectationError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.controller = not hasattr(config, "workerinput")
+        self.max_crashes = opt("kvc_max_crashes")
+        self.crash_streak: dict[tuple[str, str], int] = {}   # (backend spec, op) -> crashes in a row
         self.done: set[str] = set()
         self.workers: dict[str, object] = {}
         if self.out is not None:
@@ -180,6 +185,12 @@ def kvc(request, kvc_backend):
     request.node._kvc_harness = harness
     if not description.get("available", True):
         pytest.skip(f"unsupported: backend {kvc_backend} cannot run here: {description.get('reason')}")
+    streak = state.crash_streak.get((kvc_backend, harness.op), 0)
+    if state.max_crashes and streak >= state.max_crashes:
+        # a hanging kernel would otherwise cost the call timeout on every remaining test of the op; the
+        # harness raises BackendCrash at the test's first claim or call (a fixture must not raise it)
+        harness.not_run = (f"{NOT_RUN}{harness.op} crashed {streak} times in a row "
+                           f"(--max-crashes {state.max_crashes})")
     return harness
 
 
@@ -192,6 +203,7 @@ def pytest_runtest_makereport(item, call):
         return
     state = item.config._kvconform
     status, message = _status(rep, call, harness)
+    _count_crash(state, harness, status, message)
     record = harness.record()
     record.update({"id": item.nodeid, "test": getattr(item, "originalname", item.name),
                    "variant": _variant(item), "status": status, "message": message[:4000]})
@@ -216,6 +228,20 @@ def pytest_runtest_makereport(item, call):
     for key in ("backend", "op", "layer", "status"):
         item.user_properties.append((f"kvc_{key}", str(record[key])))
     item.user_properties.append(("kvc_clauses", " ".join(record["clauses"])))
+
+
+def _count_crash(state, harness, status: str, message: str) -> None:
+    """Crashes in a row per (backend, op): a crash adds one, a test that ran the backend to an answer
+    resets it (unsupported and skipped tests never called it)."""
+    key = (harness.backend_spec, harness.op)
+    if status == "crash" and NOT_RUN not in message:
+        state.crash_streak[key] = state.crash_streak.get(key, 0) + 1
+    elif status in ("pass", "fail", "xfail", "xpass", "unclaimed-pass"):
+        state.crash_streak[key] = 0
+
+
+#: marks a crash record of a test that was not run because its op kept crashing
+NOT_RUN = "not run: "
 
 
 def _variant(item) -> str:

@@ -3,7 +3,8 @@
 One `Worker` per backend: a spawned process that loads the backend once and then serves requests over a
 pipe (arrays travel pickled between our own two processes; nothing is unpickled from disk). A call that
 does not answer within its timeout, or a worker that dies, raises `BackendCrash`; the next call starts a
-fresh worker. An exception raised by the backend comes back as `BackendError` with its type and message.
+fresh worker. An exception raised by the backend comes back as `BackendError` with its type and message,
+`kvconform.Unsupported` as `BackendDeclined` with the backend's reason.
 
 `BackendCrash` derives from BaseException on purpose: Hypothesis then stops at once instead of shrinking
 (each shrink step would restart a worker), and the case that crashed is reported as it was drawn.
@@ -43,6 +44,11 @@ def _error_payload(exc: BaseException) -> tuple:
     return type(exc).__name__, str(exc), traceback.format_exc(limit=8), names
 
 
+class BackendDeclined(Exception):
+    """The backend raised `kvconform.Unsupported` for a call: the message is its reason. The harness
+    decides whether that is `unsupported` (a case outside the claims) or a failure (inside them)."""
+
+
 class BackendUnavailable(Exception):
     """The backend could not be loaded in the worker."""
 
@@ -59,6 +65,7 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
         fault_file = open(fault_path, "w")  # noqa: SIM115 - must stay open for the life of the process
         faulthandler.enable(file=fault_file, all_threads=True)
     from kvconform import backends
+    from kvconform.backends.base import Unsupported
     try:
         backend = backends.load(spec)
     except Exception as exc:  # BackendLoadError
@@ -83,6 +90,8 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
             mutated = [k for k, v in before.items() if not _same_bits(v, kwargs[k])]
             mutated += aliased_inputs(result, kwargs)
             conn.send(("ok", (_to_numpy(result), mutated)))
+        except Unsupported as exc:
+            conn.send(("declined", str(exc)))
         except Exception as exc:
             conn.send(("error", _error_payload(exc)))
 
@@ -198,6 +207,8 @@ class Worker:
                                f"{time.monotonic() - started:.1f} s" + (f"; {where}" if where else "")) from None
         if status == "error":
             raise BackendError(*payload)
+        if status == "declined":
+            raise BackendDeclined(payload)
         result, mutated = payload
         if isinstance(result, tuple) and len(result) == 3 and result[0] == "__namedtuple__":
             from collections import namedtuple
@@ -285,8 +296,11 @@ class InProcess:
         return self.description
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        from kvconform.backends.base import Unsupported
         try:
             result = getattr(self.backend, op)(**kwargs)
+        except Unsupported as exc:
+            raise BackendDeclined(str(exc)) from None
         except Exception as exc:
             raise BackendError(*_error_payload(exc)) from None
         return result, aliased_inputs(result, kwargs)

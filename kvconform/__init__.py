@@ -6,16 +6,19 @@ Sub-packages:
   kvconform.conformance  strategies, comparison, pytest plugin, CLI and reports
 
 `from kvconform import reference` works without importing torch, jax or triton.
+`kvconform.Unsupported`: what a backend raises for a case outside its kernel (backends/base.py).
 """
 import importlib
 
 __version__ = "0.1.0"
 SPEC_VERSION = "0.1"
 
-__all__ = ["reference", "backends", "conformance", "__version__", "SPEC_VERSION"]
+__all__ = ["reference", "backends", "conformance", "Unsupported", "__version__", "SPEC_VERSION"]
 
 
 def __getattr__(name):
     if name in ("reference", "backends", "conformance"):
         return importlib.import_module(f"kvconform.{name}")
+    if name == "Unsupported":
+        return importlib.import_module("kvconform.backends.base").Unsupported
     raise AttributeError(f"module 'kvconform' has no attribute {name!r}")

@@ -129,12 +129,19 @@ def summary_lines(report: dict) -> list[str]:
     for backend, groups in (report.get("counts") or split_counts(report["results"])).items():
         lines.append(f"{backend}: numerical tests {counts_text(groups.get('numerical', {}))}; "
                      f"errors layer (rejection tests) {counts_text(groups.get('errors', {}))}")
+    not_run: dict = defaultdict(list)
     for r in report["results"]:
-        if r["status"] in ("fail", "crash", "error", "xpass"):
+        if r["status"] == "crash" and "] crash: not run: " in (r.get("message") or ""):
+            not_run[(r.get("backend"), r.get("op"))].append(r)
+        elif r["status"] in ("fail", "crash", "error", "xpass"):
             lines.append(f"  {r['status'].upper()} {r.get('backend')} {r.get('op')} "
                          f"[{' '.join(r.get('clauses', []))}] {r['id']}")
             if r.get("repro"):
                 lines.append(f"    replay: kvconform replay {r['repro']}")
+    for (backend, op), records in not_run.items():
+        reason = records[0]["message"].split("] crash: ", 1)[1]
+        lines.append(f"  CRASH {backend} {op}: {len(records)} more tests recorded as crash without running "
+                     f"({reason})")
     for e in report["expectations"]["unmatched"]:
         lines.append(f"  unmatched expectation ({e['source']}): {e['test']} [{e['backend']}]")
     for problem in unchecked(report):

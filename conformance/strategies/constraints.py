@@ -82,3 +82,47 @@ def dtype_pairs(claims: OpClaims, acts, kvs, what: str) -> list[tuple[str, str]]
                     f"(dtypes {list(claims.dtypes or ())}, kv_dtypes {list(claims.kv_dtypes or ())}, "
                     f"dtype_pairs {limit!r})")
     return pairs
+
+
+#: case.params keys -> the claim each is judged by (the space `outside` takes)
+_PARAM_CLAIMS = {"dtype": "dtype", "kv_dtype": "kv_dtype", "page_size": "page_size", "head_dim": "head_dim",
+                 "hq": "num_q_heads", "hkv": "num_kv_heads", "q_lens": "q_len", "kv_lens": "kv_len",
+                 "num_seqs": "num_seqs", "num_pages": "num_pages"}
+#: space names of the size limits spelled differently in LIMITS
+_LIMIT_NAMES = {"kv_len": "max_kv_len", "num_seqs": "max_num_seqs", "num_pages": "max_pages"}
+
+
+def case_space(params: dict) -> dict:
+    """The dimensions of a drawn case (its `params`) under the names `outside` judges them by."""
+    space = {_PARAM_CLAIMS[k]: v for k, v in params.items() if k in _PARAM_CLAIMS}
+    if isinstance(params.get("hq"), int) and isinstance(params.get("hkv"), int) and params["hkv"]:
+        space["group_size"] = params["hq"] // params["hkv"]
+    return space
+
+
+def outside(claims: OpClaims, space: dict) -> list[str]:
+    """Why the dimensions `space` lie outside `claims`, in words (empty: inside).
+
+    space: dtype, kv_dtype, page_size, head_dim (judged against the claimed sets, None = any) and any
+    size constraint of the module docstring (q_len, num_q_heads, num_kv_heads, group_size, kv_len,
+    num_seqs, num_pages); a list value must satisfy it element by element."""
+    sets = {"dtype": claims.dtypes, "kv_dtype": claims.kv_dtypes, "page_size": claims.page_sizes,
+            "head_dim": claims.head_dims}
+    reasons = []
+    for key, value in space.items():
+        allowed_values = sets.get(key)
+        if allowed_values is not None and value not in allowed_values:
+            reasons.append(f"does not claim {key}={value}")
+            continue
+        limit = _LIMIT_NAMES.get(key, key)
+        constraint = claims.limits.get(limit)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if constraint is not None and values and isinstance(values[0], int) \
+                and not all(admits(constraint, v) for v in values):
+            reasons.append(f"{key}={value} is outside the claimed limit {limit}={constraint!r}")
+    pairs = claims.limits.get("dtype_pairs")
+    if pairs is not None and "dtype" in space and "kv_dtype" in space \
+            and [space["dtype"], space["kv_dtype"]] not in [list(p) for p in pairs]:
+        reasons.append(f"({space['dtype']}, {space['kv_dtype']}) is not a claimed dtype pair")
+    return reasons
+

@@ -54,3 +54,35 @@ class HeadDim128(_Limited):
 
     def outside(self, q, k_pages, cu, n):
         return "" if q.shape[2] % 128 == 0 else f"head_dim {q.shape[2]}"
+
+
+# --- backends that decline calls with kvconform.Unsupported (backends/base.py:Unsupported) -----------
+
+class DeclinesSoftCap(NumpyBackend):
+    """Claims attention without soft cap and declines a soft-capped call at call time."""
+    name = "declines-soft-cap"
+
+    def capabilities(self):
+        claims = super().capabilities()["ragged_paged_attention"]
+        features = tuple(f for f in claims.features if f != "soft_cap")
+        return {"ragged_paged_attention": dataclasses.replace(claims, features=features)}
+
+    def ragged_paged_attention(self, *args, soft_cap=None, **kw):
+        import kvconform
+        if soft_cap is not None:
+            raise kvconform.Unsupported("soft cap is not implemented by this kernel")
+        return reference.ragged_paged_attention(*args, **kw)
+
+
+class OverclaimsKvHeads(NumpyBackend):
+    """Claims every KV-head count but declines Hkv = 3: it claims more than it supports."""
+    name = "overclaims-kv-heads"
+
+    def capabilities(self):
+        return {"ragged_paged_attention": super().capabilities()["ragged_paged_attention"]}
+
+    def ragged_paged_attention(self, q, k_pages, *args, **kw):
+        import kvconform
+        if k_pages.shape[2] == 3:
+            raise kvconform.Unsupported("tiles take 1, 2, 4 or 8 KV heads")
+        return reference.ragged_paged_attention(q, k_pages, *args, **kw)

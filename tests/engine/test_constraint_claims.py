@@ -45,3 +45,48 @@ def test_dtype_pairs_restrict_the_draw():
     claims = OpClaims(dtypes=("float32", "bfloat16"), kv_dtypes=("bfloat16", "int8"),
                       limits={"dtype_pairs": [["bfloat16", "int8"]]})
     assert constraints.dtype_pairs(claims, ("float32", "bfloat16"), ("bfloat16", "int8"), "x") == [("bfloat16", "int8")]
+
+
+def test_unsupported_outside_the_claims_is_unsupported_with_the_backends_reason(cli, tmp_path):
+    """kvconform.Unsupported for a case outside the claims (an unclaimed feature run with
+    --run-unclaimed) makes the test `unsupported` with the backend's reason, never a pass or a failure."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "constraint_backends:DeclinesSoftCap", "--ops", "ragged_paged_attention",
+               "--profile", "ci", "--out", str(out), "--run-unclaimed", "--", "-k", "differential and soft_cap",
+               timeout=600)
+    results = cli.report(out)["results"]
+    assert results and proc.returncode == 0, proc.stdout[-2000:]
+    for r in results:
+        assert r["status"] == "unsupported", (r["id"], r["status"], r["message"][:300])
+        assert "declined a case outside its claims (does not claim feature soft_cap)" in r["message"]
+        assert "soft cap is not implemented by this kernel" in r["message"]
+
+
+def test_unsupported_inside_the_claims_is_a_failure(cli, tmp_path):
+    """Raising kvconform.Unsupported for a case the backend claims is a failure that says so, with a
+    minimal counterexample (the declined KV-head count)."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "constraint_backends:OverclaimsKvHeads", "--ops", "ragged_paged_attention",
+               "--profile", "ci", "--out", str(out), "--", "-k", "differential and base", timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    failed = [r for r in cli.report(out)["results"] if r["status"] == "fail"]
+    assert failed
+    for r in failed:
+        assert "claims more than it supports" in r["message"], r["message"][:500]
+        assert "tiles take 1, 2, 4 or 8 KV heads" in r["message"]
+        assert r["repro"]
+
+
+def test_outside_names_each_dimension_outside_the_claims():
+    claims = OpClaims(dtypes=("float32",), kv_dtypes=("bfloat16",), page_sizes=(16,),
+                      limits={"q_len": {"values": [1]}, "num_kv_heads": {"values": [1, 2, 4]},
+                              "max_kv_len": 64})
+    inside = constraints.case_space({"dtype": "float32", "kv_dtype": "bfloat16", "page_size": 16, "hq": 8,
+                                     "hkv": 4, "q_lens": [1, 1], "kv_lens": [3, 64]})
+    assert constraints.outside(claims, inside) == []
+    far = constraints.case_space({"dtype": "float16", "kv_dtype": "bfloat16", "page_size": 8, "hq": 6,
+                                  "hkv": 3, "q_lens": [1, 2], "kv_lens": [65]})
+    reasons = constraints.outside(claims, far)
+    assert any("dtype=float16" in r for r in reasons) and any("page_size=8" in r for r in reasons)
+    assert any("num_kv_heads=3" in r for r in reasons) and any("q_len=[1, 2]" in r for r in reasons)
+    assert any("max_kv_len=64" in r for r in reasons)

@@ -1,0 +1,51 @@
+"""`kvconform check-backend` and `kvconform list --backend` (issue 12): what is wrong with a backend, in
+plain words, before a full run; each authoring mistake of authoring_backends.py is named."""
+from __future__ import annotations
+
+import pytest
+
+
+def test_our_numpy_backend_has_no_problem(cli):
+    proc = cli("check-backend", "numpy", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "no problem found" in proc.stdout
+    assert "write_kv: one small case matches the reference" in proc.stdout
+
+
+@pytest.mark.parametrize("factory, needle", [
+    ("MisspelledFeature", "unknown feature 'slidng_window' for ragged_paged_attention (did you mean 'sliding_window'?)"),
+    ("NoMethod", "rotate_keys: is claimed but the backend has no method rotate_keys"),
+    ("WrongSignature", "write_kv: does not accept the argument(s) slot_mapping"),
+    ("WrongValues", "write_kv: differs from the reference on"),
+])
+def test_each_authoring_mistake_is_named(cli, factory, needle):
+    proc = cli("check-backend", f"authoring_backends:{factory}", timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert needle in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_mutant_is_caught_on_its_op(cli):
+    proc = cli("check-backend", "kvconform.conformance.mutants.paged_attention:WriteKvNegativeSlotWraps",
+               timeout=600)
+    # one small case need not hit the bug; when it does, the op is named
+    assert proc.returncode in (0, 1)
+    if proc.returncode == 1:
+        assert "WRONG write_kv:" in proc.stdout
+
+
+def test_unknown_backend_is_a_usage_error(cli):
+    proc = cli("check-backend", "no_such_module:make")
+    assert proc.returncode in (1, 2) and "no_such_module" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_list_backend_shows_a_module_factory_backends_claims_and_limits(cli):
+    proc = cli("list", "--backend", "constraint_backends:DecodeOnly")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("constraint_backends:DecodeOnly")
+    assert any("ragged_paged_attention" in line and 'limits={"q_len":{"values":[1]}}' in line for line in lines)
+    assert "numpy " not in proc.stdout   # only the backend asked for
+    bad = cli("list", "--backend", "bad spec")
+    assert bad.returncode == 2 and "unknown backend 'bad spec'" in bad.stderr
