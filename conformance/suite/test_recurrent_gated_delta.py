@@ -32,15 +32,21 @@ UPDATE, CHUNKED = "gated_delta_rule_update", "gated_delta_rule_chunked"
 TOKENS = gdn.TOKEN_INPUTS
 
 
+#: numerics every compared GDN case applies (the CHECKS of strategies/recurrent_gated_delta.py): NU-1
+#: upcast, NU-2 float64 reference, NU-3 required precision, NU-4 class E padding rows, NU-R2g class R
+#: outputs and states with the GDN growth term, NU-7 non-finite
+NUMERICS = ("NU-1", "NU-2", "NU-3", "NU-4", "NU-7", "NU-R2g")
+
+
 def _clauses(variants) -> tuple[str, ...]:
-    return tuple(sorted({c for v in variants for c in v.clauses}))
+    return tuple(sorted({c for v in variants for c in v.clauses})) + NUMERICS
 
 
 # --- differential ----------------------------------------------------------------------------------
 
 def _differential(kvc, op, variant):
     base = gdn.VARIANTS[op][0]
-    kvc.cite(*dict.fromkeys(base.clauses + variant.clauses))
+    kvc.cite(*dict.fromkeys(base.clauses + variant.clauses + NUMERICS))
     claims = kvc.claims(features=variant.features)
     kvc.for_all(gdn.STRATEGIES[op](claims, variant), kvc.check, budget=rs.LONG_BUDGET if variant.long else 1.0)
 
