@@ -40,6 +40,9 @@ class FieldResult:
     problem: str = ""          # shape/dtype problems in words (the field was not compared)
     problem_detail: str = ""   # NU-7 non-finite findings, in words (the field was compared)
     tolerance: dict = field(default_factory=dict)
+    #: a failed field's error / allowed over its compared elements in C order, at most PROFILE_BINS
+    #: values (the max of each bin; inf where non-finite): what report.html plots against the bound 1
+    profile: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -47,6 +50,7 @@ class FieldResult:
             value = out[key]
             if isinstance(value, float) and not math.isfinite(value):
                 out[key] = str(value)
+        out["profile"] = [v if math.isfinite(v) else str(v) for v in self.profile]
         return out
 
     def summary(self) -> str:
@@ -98,6 +102,7 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
         res = FieldResult(name, not bad.any(), tol.kind, compared=compared, n_bad=int(bad.sum()),
                           headroom=float(bad.any()) * math.inf if bad.any() else 0.0)
         if bad.any():
+            res.profile = error_profile(np.where(bad, math.inf, 0.0)[mask])   # allowed error 0: any is inf
             a64, r64 = actual.astype(np.float64), expected.astype(np.float64)
             with np.errstate(invalid="ignore"):
                 diff = np.where(bad, np.abs(a64 - r64), 0.0)
@@ -149,7 +154,21 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
         res.ok = False
     if not res.ok:
         _set_worst(res, mask, ratio, actual, expected)
+        res.profile = error_profile(ratio[mask])
     return res
+
+
+PROFILE_BINS = 128
+
+
+def error_profile(ratio: np.ndarray, bins: int = PROFILE_BINS) -> list[float]:
+    """error / allowed of the compared elements (C order), reduced to at most `bins` values by taking the
+    max of each run of consecutive elements, so a localised error (one row, one page) stays visible."""
+    flat = np.asarray(ratio, np.float64).reshape(-1)
+    if flat.size == 0:
+        return []
+    edges = np.linspace(0, flat.size, min(bins, flat.size) + 1).astype(int)
+    return [float(np.max(flat[a:b])) for a, b in zip(edges[:-1], edges[1:])]
 
 
 def _narrower_than_required(dtype, required: str) -> str:

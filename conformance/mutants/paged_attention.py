@@ -203,14 +203,23 @@ class CachesByShape(Mutant):
         description="quantize-on-write as x * fl32(1/s) instead of the correctly rounded x / s")
 class WriteKvReciprocalScale(Mutant):
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
-        if k_scale is None:
+        from kvconform.reference.kv_write import validate_write_kv
+        call = validate_write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
+        if call.k_scale is None:
             return reference.write_kv(k_pages, v_pages, k, v, slot_mapping)
+        page_size, hkv = np.shape(k_pages)[1], np.shape(k_pages)[2]
+        slots = np.where(np.asarray(slot_mapping) >= 0, slot_mapping, 0)
 
         def prescaled(x, s):   # fl32(x) * fl32(1/s): store at scale 1 what the kernel computed
-            inv = np.float32(1.0) / np.float32(s)
-            return (x.astype(np.float32) * inv).astype(np.float32)
-        return reference.write_kv(k_pages, v_pages, prescaled(k, k_scale), prescaled(v, v_scale), slot_mapping,
-                                  k_scale=1.0, v_scale=1.0)
+            s = np.asarray(s, np.float32)
+            if s.ndim == 1:      # per KV head (PA-48)
+                s = s[None, :, None]
+            elif s.ndim == 3:    # per slot and KV head, beside the pages (PA-48)
+                s = s.reshape(-1, hkv)[slots][:, :, None]
+            inv = np.float32(1.0) / s
+            return (np.asarray(x).astype(np.float32) * inv).astype(np.float32)
+        return reference.write_kv(k_pages, v_pages, prescaled(k, call.k_scale), prescaled(v, call.v_scale),
+                                  slot_mapping, k_scale=1.0, v_scale=1.0)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-39",

@@ -2,7 +2,8 @@
 
 Every string from a result (backend messages, ids, counterexamples) goes through `html.escape`, and a
 Content-Security-Policy forbids scripts outright, so nothing a backend prints can inject markup.
-Error plots are inline SVG: headroom (error / allowed, log scale) per test, 1 = the tolerance line.
+Error plots are inline SVG: headroom (error / allowed, log scale) per test, 1 = the tolerance line, and
+for each failed field its error / allowed along the elements (compare.py `FieldResult.profile`).
 """
 from __future__ import annotations
 
@@ -82,28 +83,99 @@ def _layers(report: dict) -> str:
     return "".join(out)
 
 
+#: log10 range of the plots: 1e-8 .. 1e3 of the allowed error (beyond: clipped to the edge)
+LOG_LO, LOG_HI = -8.0, 3.0
+
+
+def _finite_headroom(value) -> float | None:
+    """A recorded headroom as a float (inf kept), None when the test has none."""
+    try:
+        h = float(value)
+    except (TypeError, ValueError):
+        return None
+    return h if h >= 0 and not math.isnan(h) else None
+
+
+def _x_of(value: float, left: float, width: float) -> float:
+    v = math.log10(value) if value > 0 else LOG_LO
+    return left + (min(max(v, LOG_LO), LOG_HI) - LOG_LO) / (LOG_HI - LOG_LO) * width
+
+
+def _log_axis(left: float, width: float, y: float, label: str) -> list[str]:
+    """Tick labels 1e-8 .. 1e3 along y, the dashed tolerance line at 1 is drawn by the caller."""
+    parts = [f'<text x="{_x_of(10.0 ** p, left, width):.1f}" y="{y:.0f}" font-size="10" text-anchor="middle">'
+             f'1e{p}</text>' for p in range(int(LOG_LO), int(LOG_HI) + 1)]
+    parts.append(f'<text x="{left + width / 2:.0f}" y="{y + 14:.0f}" font-size="11" text-anchor="middle">'
+                 f'{e(label)}</text>')
+    return parts
+
+
 def _plot(report: dict) -> str:
-    """Horizontal bars of log10(headroom) per test with a metric; the line at 1 is the tolerance."""
-    items = [(r["id"], r.get("backend", ""), r["headroom"], r["status"]) for r in report["results"]
-             if isinstance(r.get("headroom"), (int, float)) and r["headroom"] > 0]
+    """One labelled bar per test with an error metric: its headroom (worst error / allowed error, log
+    scale), the dashed line at 1 is the tolerance; sorted worst first so what is close to failing shows."""
+    items = []
+    for r in report["results"]:
+        h = _finite_headroom(r.get("headroom"))
+        if h is not None and h > 0:
+            test = r["id"].split("::")[-1]
+            items.append((h, f"{r.get('backend', '')} · {test}", r["status"]))
     if not items:
         return "<p>No error metrics recorded.</p>"
-    lo, hi = -8.0, 2.0
-    width, bar, left = 640, 14, 10
-    height = bar * len(items) + 30
-    x_of = lambda v: left + (min(max(math.log10(v) if v > 0 else lo, lo), hi) - lo) / (hi - lo) * width
-    parts = [f'<svg id="headroom-plot" xmlns="http://www.w3.org/2000/svg" width="{width + 2 * left}" '
+    items.sort(key=lambda item: -item[0])
+    label_w, width, bar, top = 420, 560, 16, 8
+    left = label_w + 10
+    height = top + bar * len(items) + 40
+    parts = [f'<svg id="headroom-plot" xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" '
              f'height="{height}" role="img"><title>headroom per test (log scale, 1 = tolerance)</title>']
-    for i, (tid, backend, h, status) in enumerate(items):
-        y = 20 + i * bar
-        w = max(1.0, x_of(h) - left) if math.isfinite(h) else width
-        parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar - 3}" '
-                     f'fill="{COLOR.get(status, "#777")}"><title>{e(backend)} {e(tid)}: {e(format(h, ".3g"))}'
+    for i, (h, label, status) in enumerate(items):
+        y = top + i * bar
+        w = max(1.0, _x_of(h, left, width) - left)
+        text = label if len(label) <= 70 else label[:67] + "..."
+        parts.append(f'<text x="{label_w}" y="{y + bar - 5}" font-size="10" text-anchor="end">{e(text)}</text>')
+        parts.append(f'<rect x="{left}" y="{y + 1}" width="{w:.1f}" height="{bar - 4}" '
+                     f'fill="{COLOR.get(status, "#777")}"><title>{e(label)}: headroom {e(format(h, ".3g"))} '
+                     f'({e(status)})</title></rect>')
+    x1 = _x_of(1.0, left, width)
+    axis_y = top + bar * len(items) + 12
+    parts.append(f'<line x1="{x1:.1f}" y1="{top}" x2="{x1:.1f}" y2="{axis_y - 10}" stroke="#000" '
+                 f'stroke-dasharray="4"/>')
+    parts += _log_axis(left, width, axis_y, "worst error / allowed error (log scale; dashed: the tolerance)")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _profile_plot(field: dict) -> str:
+    """A failed field's error / allowed along its elements (C order, max per bin): where it fails."""
+    values = [_finite_headroom(v) for v in field.get("profile") or []]
+    values = [v if v is not None else 0.0 for v in values]
+    if not values:
+        return ""
+    width, height, left, top = 520, 150, 50, 10
+    plot_h = height - 50
+    y_of = lambda v: top + plot_h - (min(max(math.log10(v) if v > 0 else LOG_LO, LOG_LO), LOG_HI) - LOG_LO) \
+        / (LOG_HI - LOG_LO) * plot_h   # noqa: E731
+    step = width / len(values)
+    parts = [f'<svg class="profile" xmlns="http://www.w3.org/2000/svg" width="{left + width + 10}" '
+             f'height="{height}" role="img"><title>{e(field.get("name"))}: error / allowed along the elements'
+             f'</title>']
+    for i, v in enumerate(values):
+        y = y_of(v)
+        color = COLOR["fail"] if v > 1 else COLOR["pass"]
+        parts.append(f'<rect x="{left + i * step:.1f}" y="{y:.1f}" width="{max(step - 0.5, 0.5):.1f}" '
+                     f'height="{top + plot_h - y:.1f}" fill="{color}"><title>bin {i}: {e(format(v, ".3g"))}'
                      f'</title></rect>')
-    x1 = x_of(1.0)
-    parts.append(f'<line x1="{x1:.1f}" y1="12" x2="{x1:.1f}" y2="{height}" stroke="#000" stroke-dasharray="4"/>')
-    for p in range(int(lo), int(hi) + 1, 2):
-        parts.append(f'<text x="{x_of(10.0 ** p):.1f}" y="10" font-size="9">1e{p}</text>')
+    y1 = y_of(1.0)
+    parts.append(f'<line x1="{left}" y1="{y1:.1f}" x2="{left + width}" y2="{y1:.1f}" stroke="#000" '
+                 f'stroke-dasharray="4"/>')
+    for p in (int(LOG_LO), 0, int(LOG_HI)):
+        parts.append(f'<text x="{left - 4}" y="{y_of(10.0 ** p) + 3:.1f}" font-size="10" text-anchor="end">'
+                     f'1e{p}</text>')
+    n = field.get("compared", len(values))
+    parts.append(f'<text x="{left + width / 2:.0f}" y="{height - 22}" font-size="11" text-anchor="middle">'
+                 f'{e(field.get("name"))}: {len(values)} bins over {e(n)} compared elements (C order, max per bin)'
+                 f'</text>')
+    parts.append(f'<text x="{left + width / 2:.0f}" y="{height - 8}" font-size="11" text-anchor="middle">'
+                 f'error / allowed error (log scale; dashed: the tolerance)</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -127,6 +199,7 @@ def _failures(report: dict) -> str:
             if rows:
                 out.append(f"<table class=variations><tr><th>variation</th><th>outcome</th><th>detail</th></tr>"
                            f"{rows}</table>")
+        out += [_profile_plot(f) for f in r.get("fields") or [] if f.get("profile")]
         out.append(f"<pre>{e(r.get('message', ''))}</pre>")
         if r.get("repro"):
             out.append(f"<p>replay: <code>kvconform replay {e(r['repro'])}</code></p>")

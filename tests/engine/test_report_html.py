@@ -57,3 +57,38 @@ def test_report_html_renders_matrix_and_escapes_backend_text(tmp_path):
     assert "&lt;img id=\"pwned\"" in dom                          # the text is shown, escaped
     assert 'data-status="fail"' in dom and 'data-status="pass"' in dom
     assert "<svg id=\"headroom-plot\"" in dom
+
+
+def test_report_html_plots_headroom_and_each_failures_error_profile(cli, tmp_path):
+    """A real failing run (a mutant): the headroom plot labels every bar with backend and test, and each
+    failed field gets its error / allowed profile; the page renders in headless Chromium, and its
+    screenshot is kept in the tests' artifacts (KVCONFORM_TEST_ARTIFACTS, default test-artifacts/)."""
+    import json
+    import os
+    from pathlib import Path
+    out = tmp_path / "out"
+    cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:WriteKvReciprocalScale",
+        "--ops", "write_kv", "--profile", "ci", "--out", str(out), timeout=600)
+    report = json.loads((out / "report.json").read_text())
+    failed = [r for r in report["results"] if r["status"] == "fail" and r.get("fields")]
+    assert failed and any(f.get("profile") for r in failed for f in r["fields"])
+    page = (out / "report.html").read_text()
+    with_metric = [r for r in report["results"] if isinstance(r.get("headroom"), (int, float)) and r["headroom"] > 0]
+    assert page.count("<rect", page.index('id="headroom-plot"'), page.index("</svg>", page.index('id="headroom-plot"'))) \
+        == len(with_metric)
+    assert "worst error / allowed error (log scale; dashed: the tolerance)" in page
+    assert 'class="profile"' in page and "compared elements (C order, max per bin)" in page
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("chromium not found (apt-get install -y chromium): the browser check cannot run")
+    artifacts = Path(os.environ.get("KVCONFORM_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "report-html-failures.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", (out / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert 'class="profile"' in dom and 'id="headroom-plot"' in dom
+    subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1280,2400",
+                    (out / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
