@@ -2,17 +2,21 @@
 
 Limits of the kernel, each a claim (spec/paged_attention.md clauses in brackets):
 - head_dim a multiple of 128: the running max/sum scratch is 128 lanes wide and is broadcast to the head
-  dim by whole copies (kernel.py `broadcast_to_shape`, an assertion otherwise);
+  dim by whole copies (kernel.py:570, an assertion in `broadcast_to_shape`, otherwise);
 - KV heads: 2*Hkv must tile whole (packed) sublanes ("Not implemented: ... can not be XLA fully tiled",
-  kernel.py `get_min_heads_per_blk`): Hkv in {1, 2, 4} or a multiple of 4 for float32 pages, of 8 for
-  bfloat16 pages; claimed as the values both admit, {1, 2, 4, 8, 16, 32} [PA-12, PA-47];
+  kernel.py:697-698 in `get_min_heads_per_blk`): Hkv in {1, 2, 4} or a multiple of 4 for float32 pages
+  (of 8 for bfloat16 pages); claimed as {1, 2, 4, 8, 16, 32} [PA-12, PA-47];
+- float32 pages only here: bfloat16 pages are loaded through a bitcast of the reshaped VMEM ref, a third
+  construct Pallas TPU interpret mode cannot run (and `interpreter_patches` does not emulate), so they are
+  not claimed; on a TPU they would be;
 - no sinks, no per-token scores [PA-17, PA-21]; quantized KV is not claimed: its scales are static Python
   floats (one per tensor) and 8-bit pages need an even Hkv, which cannot share one head-count claim with
   Hkv = 1 of the float caches;
 - a batch without any query row (T = 0) reads out of bounds inside the kernel: claimed away with at least
   one query row per counted sequence (q_len >= 1), the narrowest limit the vocabulary can state;
 - block sizes: off a TPU the kernel's tuned table refuses to answer ("TPU version must be 4 or higher"),
-  so the adapter passes `num_queries_per_block` and `num_kv_pages_per_block` itself (tuning, not semantics).
+  (tuned_block_sizes.py:1456), so the adapter passes `num_queries_per_block` and `num_kv_pages_per_block`
+  itself (tuning, not semantics).
 """
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ class RaggedPagedAttentionBackend(Backend):
 
     def capabilities(self) -> dict[str, OpClaims]:
         return {"ragged_paged_attention": OpClaims(
-            dtypes=("float32", "bfloat16"), kv_dtypes=("float32", "bfloat16"), page_sizes=None, head_dims=None,
+            dtypes=("float32", "bfloat16"), kv_dtypes=("float32",), page_sizes=None, head_dims=None,
             layouts=("combined",), features=("sliding_window", "soft_cap", "gqa"),
             limits={"head_dim": {"multiple_of": 128}, "num_kv_heads": {"values": list(KV_HEADS)},
                     "q_len": {"min": 1}})}
