@@ -17,7 +17,7 @@ import pytest
 from kvconform import backends
 from kvconform.backends.base import claims_problems
 
-from .suite_checks import assert_conforms
+from suite_checks import assert_conforms
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTATIONS = ROOT / "ci" / "expectations" / "jax_thirdparty.toml"
