@@ -72,8 +72,10 @@ def main(argv: list[str]) -> None:
     setup()
     kvconform = BIN / "kvconform"
     if argv[0] == "report":
+        # every backend that runs here, the third-party adapters (backends/jax_*) included when jax is
+        # installed; their known upstream bugs are xfail (with reason and file:line) by the expectations file
         step("conformance report (quick profile, every backend that runs here)",
-             [kvconform, "run", "--out", "kvconform-out"])
+             [kvconform, "run", "--out", "kvconform-out", "--expectations", "ci/expectations/jax_thirdparty.toml"])
         print(f"\nreport: {ROOT / 'kvconform-out' / 'report.html'} (also report.md, report.json, junit.xml)")
     else:
         step("project tests", [PY, "-m", "pytest", "-n", "2", "-q", "tests"])

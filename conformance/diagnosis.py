@@ -33,10 +33,29 @@ def diagnose(kvc, kind: tuple) -> dict | None:
     if kind[0] == "differential":
         return _diagnose_differential(kvc, kind[1])
     if kind[0] == "history":
-        return {"summary": "the same inputs give another result depending on the calls before them "
-                           "(state kept between calls, or a cache keyed by shape or address)",
-                "variations": []}
+        return _diagnose_history(kvc, kind[1])
     return None
+
+
+def _diagnose_history(kvc, case: Case) -> dict:
+    """A history failure whose case also fails right after an identical call is a plain error of the
+    backend (the calls before it do not matter): say so, with the differential variations."""
+    history = {"summary": "the same inputs give another result depending on the calls before them "
+                          "(state kept between calls, or a cache keyed by shape or address)", "variations": []}
+    try:
+        expected = kvc.reference(case)
+    except Exception:
+        return history
+    _run(kvc, case, expected)                     # the call before the next one is this very case
+    outcome, detail = _run(kvc, case, expected)
+    if outcome != "fail":
+        return history
+    inner = _diagnose_differential(kvc, case) or {"summary": "", "variations": []}
+    summary = ("not call history: fails against the reference even right after an identical call"
+               + (f"; {inner['summary']}" if inner["summary"] else ""))
+    return {"summary": summary,
+            "variations": [{"name": "same case called twice", "outcome": outcome, "detail": detail}]
+            + inner["variations"]}
 
 
 def region_phrase(case: Case, name: str) -> str:
@@ -157,6 +176,25 @@ def widened(case: Case, names, label: str, to: str = "float32") -> tuple[str, Ca
         return None
     params = dict(case.params)
     return label, Case(case.op, inputs, params, case.seed)
+
+
+def narrowed(case: Case, names, label: str, to: str = "bfloat16") -> tuple[str, Case] | None:
+    """A variation with the values of the float inputs `names` rounded to `to` but kept in their own dtype
+    (the case's tolerance is unchanged), or None if none of them is wider than `to`. A backend that passes
+    it computes those inputs in `to` (e.g. float32 KV silently read as bfloat16)."""
+    import ml_dtypes
+    from kvconform.reference import dtypes
+    narrow = np.dtype(getattr(ml_dtypes, to, None) or to)
+    inputs = dict(case.inputs)
+    changed = False
+    for name in names:
+        arr = inputs.get(name)
+        if isinstance(arr, np.ndarray) and dtypes.is_float_dtype(arr.dtype) and \
+                not dtypes.is_quantized_dtype(arr.dtype) and arr.dtype.itemsize > narrow.itemsize:
+            rounded = arr.astype(narrow).astype(arr.dtype)
+            changed = changed or not np.array_equal(rounded, arr, equal_nan=True)
+            inputs[name] = rounded
+    return (label, Case(case.op, inputs, dict(case.params), case.seed)) if changed else None
 
 
 def without(case: Case, label: str, **replace) -> tuple[str, Case] | None:

@@ -41,6 +41,17 @@ def interpret_params():
     return None if jax.default_backend() == "tpu" else pltpu.InterpretParams()
 
 
+def interpret_context():
+    """A context in which every `pallas_call` traced runs as `interpret_params()` says: for third-party
+    kernels that take no `interpret` argument (jax's own Pallas ops). A no-op on a TPU."""
+    import contextlib
+    params = interpret_params()
+    if params is None:
+        return contextlib.nullcontext()
+    from jax.experimental.pallas import tpu as pltpu
+    return pltpu.force_tpu_interpret_mode(params)
+
+
 def mapping_count() -> int | None:
     """This process's memory-mapping count (Linux), None elsewhere."""
     try:
@@ -111,4 +122,4 @@ def _jitted(name: str):
     raise KeyError(name)
 
 
-__all__ = ["jax_status", "interpret_params", "kernel", "release_if_needed", "mapping_count"]
+__all__ = ["jax_status", "interpret_params", "interpret_context", "kernel", "release_if_needed", "mapping_count"]
