@@ -80,6 +80,23 @@ def test_junit_and_markdown(cli, tmp_path):
     assert report["backends"]["numpy"]["capabilities"]["write_kv"]["kv_dtypes"]
 
 
+def test_generated_repro_py_runs(cli, tmp_path):
+    """Every failure's repro.py must run as a script: the backend's worker is spawned, which re-imports
+    the script as __mp_main__, so its body must sit under a `__main__` guard."""
+    import subprocess
+    import sys
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:WriteKvNegativeSlotWraps",
+               "--ops", "write_kv", "--out", str(out), "--", "-k", "golden")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    script = next((out / "repro").glob("*/repro.py"))
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert "bootstrapping phase" not in ran.stderr, ran.stderr[-2000:]
+    assert ran.returncode == 1, (ran.stdout, ran.stderr[-2000:])   # the mutant still fails: a diff, no crash
+    assert ran.stdout.startswith(f"replay {script.parent}: op write_kv") and "FAIL" in ran.stdout, ran.stdout
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "--backend", "nope"], "unknown backend"),
     (["run", "--backend", "not a spec:x"], "malformed backend"),
