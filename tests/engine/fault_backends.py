@@ -140,3 +140,20 @@ def make_broken_capabilities():
 
 def make_claims_nothing():
     return ClaimsNothingUsable()
+
+
+class Twin(_OnlyWriteKv):
+    """Two builds of one library: the same `name`, another version. A run with both must keep them apart."""
+    name = "twin"
+
+
+def make_twin_a():
+    twin = Twin()
+    twin.version = "1.0"
+    return twin
+
+
+def make_twin_b():
+    twin = Twin()
+    twin.version = "2.0"
+    return twin

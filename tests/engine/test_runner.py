@@ -97,6 +97,22 @@ def test_generated_repro_py_runs(cli, tmp_path):
     assert ran.stdout.startswith(f"replay {script.parent}: op write_kv") and "FAIL" in ran.stdout, ran.stdout
 
 
+def test_backends_sharing_a_name_stay_apart(cli, tmp_path):
+    """Two builds of one library (same `name`) are two report entries, labelled by their spec."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "fault_backends:make_twin_a", "--backend", "fault_backends:make_twin_b",
+               "--ops", "write_kv", "--out", str(out), "--", "-k", "golden")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    report = cli.report(out)
+    labels = {"twin (fault_backends:make_twin_a)", "twin (fault_backends:make_twin_b)"}
+    assert set(report["backends"]) == labels
+    assert {d["version"] for d in report["backends"].values()} == {"1.0", "2.0"}
+    assert set(report["counts"]) == labels and {c["backend"] for c in report["matrix"]} == labels
+    for label in labels:
+        assert {r["backend"] for r in report["results"] if label.endswith(r["backend_spec"] + ")")} == {label}
+    assert "| twin (fault_backends:make_twin_a) | write_kv |" in (out / "report.md").read_text()
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "--backend", "nope"], "unknown backend"),
     (["run", "--backend", "not a spec:x"], "malformed backend"),
