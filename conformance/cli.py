@@ -137,8 +137,7 @@ def cmd_run(args) -> int:
     ini = out / ".pytest.ini"
     ini.write_text("[pytest]\n")
     pytest_args = [str(suite), "-c", str(ini), "--rootdir", str(suite.parent.parent), "-p", "no:cacheprovider",
-                   "-q", "--kvc-out", str(out), "--kvc-profile", args.profile,
-                   "--junitxml", str(out / "junit.xml"), "-o", "junit_family=xunit1"]
+                   "-q", "--kvc-out", str(out), "--kvc-profile", args.profile]
     for spec in specs:
         pytest_args += ["--kvc-backend", spec]
     if ops:
@@ -339,7 +338,7 @@ def cmd_report(args) -> int:
     build.write_all(out, merged)
     for line in build.summary_lines(merged):
         print(line)
-    print(f"merged {len(reports)} reports into {out}/report.json, report.md, report.html")
+    print(f"merged {len(reports)} reports into {out}/report.json, report.md, report.html, junit.xml")
     bad = sum(merged["summary"].get(s, 0) for s in ("fail", "crash", "error"))
     return 1 if bad else 0
 

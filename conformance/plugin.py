@@ -3,7 +3,7 @@
 Inert in ordinary pytest runs: it only adds `--kvc-*` options, the `kvconform` marker and the `kvc`
 fixture, which suite tests (conformance/suite/) use. With `--kvc-out DIR` it streams one JSON line per
 test to DIR/results.jsonl from the controlling process (so it works under pytest-xdist), writes a
-reproducer for every failure, and at the end renders report.json / report.md / report.html.
+reproducer for every failure, and at the end renders report.json / report.md / report.html / junit.xml.
 """
 from __future__ import annotations
 

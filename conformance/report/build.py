@@ -1,4 +1,4 @@
-"""report.json (schema `kvconform.report/1`), report.md and report.html from results.jsonl, and merging.
+"""report.json (schema `kvconform.report/1`), report.md, report.html and junit.xml from results.jsonl, and merging.
 
 report.json keys: schema, suite_version, spec_version, created, platform, profile, seed, shard,
 backends {name: description with claims}, expectations {entries, unmatched}, summary {status: n},
@@ -191,16 +191,17 @@ def distinct_backends(records: list[dict], descriptions: list[dict]) -> tuple[li
 
 
 def write_all(out: Path, report: dict | None = None) -> dict:
-    """Render report.json, report.md and report.html in `out` (from results.jsonl unless given)."""
+    """Render report.json, report.md, report.html and junit.xml in `out` (from results.jsonl unless given)."""
     out = Path(out)
     if report is None:
         run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
         records, backends = distinct_backends(read_results(out / "results.jsonl"), _load_backends(out))
         report = assemble(records, backends=backends, run=run)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    from . import html, markdown
+    from . import html, junit, markdown
     (out / "report.md").write_text(markdown.render(report))
     (out / "report.html").write_text(html.render(report))
+    (out / "junit.xml").write_text(junit.render(report))
     return report
 
 

@@ -113,6 +113,21 @@ def test_backends_sharing_a_name_stay_apart(cli, tmp_path):
     assert "| twin (fault_backends:make_twin_a) | write_kv |" in (out / "report.md").read_text()
 
 
+def test_junit_after_resume_holds_every_result(cli, tmp_path):
+    """junit.xml is rendered from all results, as report.json is: a resumed run's holds the earlier tests."""
+    import xml.etree.ElementTree as ET
+    out = tmp_path / "out"
+    assert cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(out),
+               "--", "-k", "golden and slots").returncode == 0
+    assert cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(out), "--resume",
+               "--", "-k", "golden").returncode == 0
+    ids = {r["id"] for r in cli.report(out)["results"]}
+    assert len(ids) >= 2
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    cases = {f"{c.get('classname').replace('.', '/')}.py::{c.get('name')}" for c in suite.iter("testcase")}
+    assert cases == ids and suite.get("tests") == str(len(ids))
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "--backend", "nope"], "unknown backend"),
     (["run", "--backend", "not a spec:x"], "malformed backend"),
