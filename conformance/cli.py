@@ -19,8 +19,17 @@ class UsageError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line errors: `kvconform: error: argument --timeout: <rule>`, exit 2
+    (argparse's own prints the whole usage first). Sub-command parsers inherit the class."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"kvconform: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvconform", description="KV-cache kernel conformance suite")
+    from .profiles import timeout_seconds
+    p = _Parser(prog="kvconform", description="KV-cache kernel conformance suite")
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the conformance suite")
@@ -34,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true")
     run.add_argument("--expectations", action="append", default=[], metavar="TOML")
     run.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles quick/thorough)")
-    run.add_argument("--timeout", type=float, default=None, help="seconds per backend call")
+    run.add_argument("--timeout", type=timeout_seconds, default=None, help="seconds per backend call, > 0")
     run.add_argument("--run-unclaimed", action="store_true")
     run.add_argument("--suite", default=None, help=argparse.SUPPRESS)
     run.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --")
@@ -62,7 +71,7 @@ def main(argv=None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:   # argparse already printed its one-line usage error
+    except SystemExit as exc:   # _Parser already printed its one-line usage error (or --help its text)
         return EXIT_USAGE if exc.code else 0
     try:
         return {"run": cmd_run, "list": cmd_list, "coverage": cmd_coverage, "replay": cmd_replay,
@@ -148,7 +157,7 @@ def cmd_run(args) -> int:
         pytest_args.append("--kvc-resume")
     for path in args.expectations:
         pytest_args += ["--kvc-expectations", str(Path(path).resolve())]
-    if args.timeout:
+    if args.timeout is not None:
         pytest_args += ["--kvc-timeout", str(args.timeout)]
     if args.run_unclaimed:
         pytest_args.append("--kvc-run-unclaimed")

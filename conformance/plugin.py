@@ -33,7 +33,8 @@ def pytest_addoption(parser):
     g.addoption("--kvc-shard", default=None, metavar="I/N", help="run the I-th of N deterministic shards")
     g.addoption("--kvc-resume", action="store_true", help="skip tests already recorded in results.jsonl")
     g.addoption("--kvc-expectations", action="append", default=[], metavar="TOML")
-    g.addoption("--kvc-timeout", type=float, default=None, help="seconds per backend call (default: profile)")
+    g.addoption("--kvc-timeout", type=profiles.timeout_seconds, default=None,
+                help="seconds per backend call, > 0 (default: profile)")
     g.addoption("--kvc-run-unclaimed", action="store_true",
                 help="also run cases outside the claims (pass -> unclaimed-pass, fail -> unsupported)")
     g.addoption("--kvc-isolation", choices=("subprocess", "none"), default="subprocess")

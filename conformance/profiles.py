@@ -13,6 +13,8 @@ count with a `budget` factor (a state machine step costs more than a differentia
 """
 from __future__ import annotations
 
+import argparse
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +47,18 @@ def get(name: str) -> Profile:
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
     return PROFILES[name]
+
+
+def timeout_seconds(text: str) -> float:
+    """`--timeout` / `--kvc-timeout` (argparse type): a finite number of seconds > 0. A zero or negative
+    limit would kill every backend call at once, and the backend would be blamed with crashes."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return seconds
 
 
 def hypothesis_settings(profile: Profile, *, budget: float = 1.0, out_dir: Path | None = None,
