@@ -157,3 +157,16 @@ def make_twin_b():
     twin = Twin()
     twin.version = "2.0"
     return twin
+
+
+class MarkupInText(_OnlyWriteKv):
+    """Backend-supplied text with HTML and Markdown in it (its name, its exception messages): the reports
+    must show it as text, never let `<!--` hide the rest of a step summary or `|` split a table cell."""
+    name = "markup<b>name</b>|pipe"
+
+    def write_kv(self, *args, **kw):
+        raise RuntimeError("kernel failed <!-- the rest is hidden\n<script>alert(1)</script> | a & b")
+
+
+def make_markup_in_text():
+    return MarkupInText()

@@ -128,6 +128,25 @@ def test_junit_after_resume_holds_every_result(cli, tmp_path):
     assert cases == ids and suite.get("tests") == str(len(ids))
 
 
+def test_backend_text_is_escaped_in_report_md(cli, tmp_path):
+    """report.md goes into CI step summaries: a backend's name and messages are escaped HTML, and table
+    cells keep their columns."""
+    import re
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "fault_backends:make_markup_in_text", "--ops", "write_kv", "--out", str(out),
+               "--", "-k", "golden")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    md = (out / "report.md").read_text()
+    for raw in ("<!--", "<script>", "<b>"):
+        assert raw not in md, raw
+    assert "&lt;!-- the rest is hidden" in md and "&lt;script&gt;alert(1)&lt;/script&gt; \\| a &amp; b" in md
+    assert "| markup&lt;b&gt;name&lt;/b&gt;\\|pipe | write_kv | base |" in md
+    for line in md.splitlines():
+        if line.startswith("|"):
+            assert len(re.findall(r"(?<!\\)\|", line)) in (4, 6), line   # 3 or 5 columns, none split
+    assert "<script>" not in (out / "report.html").read_text()
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "--backend", "nope"], "unknown backend"),
     (["run", "--backend", "not a spec:x"], "malformed backend"),
