@@ -236,7 +236,7 @@ def cmd_coverage(args) -> int:
 
 def cmd_replay(args) -> int:
     from . import case as case_io
-    from .harness import compare_outputs
+    from .harness import compare_outputs, raised_lines
     from .worker import BackendCrash, BackendError, BackendUnavailable, InProcess, Worker
     from kvconform import backends, reference
     try:
@@ -271,7 +271,10 @@ def cmd_replay(args) -> int:
         print(f"  CRASH: {exc}")
         return 1
     except BackendError as exc:
-        print(f"  FAIL: backend raised {exc.type_name}: {exc.message}")
+        error, detail = raised_lines(exc)
+        print(f"  FAIL: backend raised {exc.type_name}: {error}")
+        for line in filter(None, detail):
+            print(f"        {line}")
         return 1
     finally:
         worker.stop()

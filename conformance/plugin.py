@@ -208,6 +208,8 @@ def pytest_runtest_makereport(item, call):
         record["fields"] = failure.get("fields", [])
         if failure.get("diagnosis"):
             record["diagnosis"] = failure["diagnosis"]
+        if failure.get("traceback"):   # a backend exception's whole traceback (the message has its tail)
+            record["traceback"] = failure["traceback"]
         try:
             record["repro"] = str(artifacts.write_reproducer(state.out, item.nodeid, failure, record))
         except OSError as exc:

@@ -31,16 +31,40 @@ class BackendError(Exception):
     `mro` names the exception's classes (most derived first), so the engine can tell that a backend's own
     `KernelArgumentError(ValueError)` is a ValueError without unpickling the backend's class."""
 
-    def __init__(self, type_name: str, message: str, tb: str = "", mro: tuple[str, ...] = ()):
+    def __init__(self, type_name: str, message: str, tb: str = "", mro: tuple[str, ...] = (), site: str = ""):
         super().__init__(f"{type_name}: {message}")
-        self.type_name, self.message, self.tb = type_name, message, tb
+        self.type_name, self.message, self.tb, self.site = type_name, message, tb, site
         self.mro = tuple(mro) or (type_name,)
 
 
 def _error_payload(exc: BaseException) -> tuple:
-    """(type name, message, traceback, class names of the MRO): what BackendError is rebuilt from."""
+    """(type name, message, traceback, class names of the MRO, raise site): what BackendError is rebuilt
+    from. The traceback is whole: a limit would keep the outermost frames and drop the innermost, where
+    it was raised."""
     names = tuple(c.__name__ for c in type(exc).__mro__)
-    return type(exc).__name__, str(exc), traceback.format_exc(limit=8), names
+    return type(exc).__name__, str(exc), traceback.format_exc(), names, raise_site(exc)
+
+
+def exception_line(message: str) -> str:
+    """The real error of a backend exception's message: the message itself, or, for a message that holds a
+    traceback (an error re-raised from the backend's own subprocess, which starts at `spawn_main`), its
+    last line."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    if len(lines) > 1 and any(line.startswith("Traceback (most recent call last)") for line in lines):
+        return lines[-1].strip()
+    return message
+
+
+def raise_site(exc: BaseException, frames: int = 4) -> str:
+    """The innermost frames of where `exc` was raised, innermost first ("raised in kernel (k.py:12) <-
+    launch (k.py:30) ..."); "" without a traceback."""
+    sites = [_site(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)[-frames:]]
+    return "raised in " + " <- ".join(reversed(sites)) if sites else ""
+
+
+def _site(path: str, lineno, func: str) -> str:
+    """One frame as the crash and raise sites show it: `func (file.py:line)`."""
+    return f"{func.strip()} ({os.path.basename(path)}:{lineno})"
 
 
 class BackendUnavailable(Exception):
@@ -250,7 +274,7 @@ def crash_site(fault_path: str | None, frames: int = 4) -> str:
         # 'File "/path/mod.py", line 12 in func'
         path, _, rest = line[len('File "'):].partition('", line ')
         lineno, _, func = rest.partition(" in ")
-        sites.append(f"{func} ({os.path.basename(path)}:{lineno})")
+        sites.append(_site(path, lineno, func))
         if len(sites) == frames:
             break
     return "crashed in " + " <- ".join(sites) if sites else ""

@@ -128,6 +128,9 @@ def _failures(report: dict) -> str:
                 out.append(f"<table class=variations><tr><th>variation</th><th>outcome</th><th>detail</th></tr>"
                            f"{rows}</table>")
         out.append(f"<pre>{e(r.get('message', ''))}</pre>")
+        if r.get("traceback"):   # the message shows where it was raised; the whole traceback on demand
+            out.append(f"<details class=traceback><summary>backend traceback</summary>"
+                       f"<pre>{e(r['traceback'])}</pre></details>")
         if r.get("repro"):
             out.append(f"<p>replay: <code>kvconform replay {e(r['repro'])}</code></p>")
         out.append("</div>")

@@ -170,3 +170,41 @@ class MarkupInText(_OnlyWriteKv):
 
 def make_markup_in_text():
     return MarkupInText()
+
+
+class RaisesNested(_OnlyWriteKv):
+    """Raises from a function two calls below its op: the reports must show that site and the error."""
+    name = "raises-nested"
+
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
+        return _launch(slot_mapping.shape[0])
+
+
+def _launch(n_tokens):
+    return _check_grid(n_tokens)
+
+
+def _check_grid(n_tokens):
+    raise RuntimeError(f"grid of {n_tokens} tokens exceeds the launch limit")
+
+
+class RaisesRemoteTraceback(_OnlyWriteKv):
+    """Re-raises an error of its own subprocess with that process's traceback as the message (which starts
+    at multiprocessing's `spawn_main`): the reports must show the message's last line, the real error."""
+    name = "raises-remote"
+
+    def write_kv(self, *args, **kw):
+        raise RuntimeError('Traceback (most recent call last):\n'
+                           '  File "/usr/lib/python3/multiprocessing/spawn.py", line 122, in spawn_main\n'
+                           '    exitcode = _main(fd, parent_sentinel)\n'
+                           '  File "/opt/kernels/compile.py", line 40, in build\n'
+                           '    raise ValueError("tile 96 is not a power of two")\n'
+                           'ValueError: tile 96 is not a power of two')
+
+
+def make_raises_nested():
+    return RaisesNested()
+
+
+def make_raises_remote():
+    return RaisesRemoteTraceback()

@@ -147,6 +147,30 @@ def test_backend_text_is_escaped_in_report_md(cli, tmp_path):
     assert "<script>" not in (out / "report.html").read_text()
 
 
+def test_reports_show_where_a_backend_exception_was_raised(cli, tmp_path):
+    """report.md/html show a backend exception's real error and its innermost frames, not the head of a
+    traceback; the whole traceback stays in results.jsonl."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "fault_backends:make_raises_nested", "--backend", "fault_backends:make_raises_remote",
+               "--ops", "write_kv", "--out", str(out), "--", "-k", "golden and slots")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    site = "raised in _check_grid (fault_backends.py:"
+    for text in (md, page):
+        assert "backend raised RuntimeError: grid of 3 tokens exceeds the launch limit" in text
+        assert site in text and "&lt;- _launch (fault_backends.py:" in text and "&lt;- write_kv (fault_backends.py:" in text
+        assert "backend raised RuntimeError: ValueError: tile 96 is not a power of two" in text
+    assert "spawn_main" not in md and "Traceback" not in md
+    records = {r["backend"]: r for r in cli.report(out)["results"]}
+    nested = records["raises-nested"]
+    assert nested["message"].splitlines()[1].strip().startswith(site)
+    assert nested["traceback"].startswith("Traceback (most recent call last)")
+    assert "in _launch" in nested["traceback"] and "RuntimeError: grid of 3 tokens" in nested["traceback"]
+    assert "spawn_main" in records["raises-remote"]["traceback"]
+    replayed = cli("replay", nested["repro"]).stdout
+    assert "FAIL: backend raised RuntimeError: grid of 3 tokens" in replayed and site in replayed, replayed
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "--backend", "nope"], "unknown backend"),
     (["run", "--backend", "not a spec:x"], "malformed backend"),
