@@ -237,7 +237,7 @@ def cmd_coverage(args) -> int:
 def cmd_replay(args) -> int:
     from . import case as case_io
     from .harness import compare_outputs, raised_lines
-    from .worker import BackendCrash, BackendError, BackendUnavailable, InProcess, Worker
+    from .worker import BackendCrash, BackendError, BackendProtocolError, BackendUnavailable, InProcess, Worker
     from kvconform import backends, reference
     try:
         case, meta = case_io.load(Path(args.directory))
@@ -276,6 +276,9 @@ def cmd_replay(args) -> int:
         for line in filter(None, detail):
             print(f"        {line}")
         return 1
+    except BackendProtocolError as exc:
+        print(f"  FAIL: the backend {exc}")
+        return 1
     finally:
         worker.stop()
     if before:
@@ -310,7 +313,7 @@ def _replay_rejection(case, worker) -> int:
     """Replay an errors-layer case: the reference must still reject it, the backend must raise the same
     family with a message naming the argument (rejection.py)."""
     from . import rejection as rej
-    from .worker import BackendCrash, BackendError
+    from .worker import BackendCrash, BackendError, BackendProtocolError
     from kvconform import reference
     try:
         expected = rej.run_reference(getattr(reference, case.op), case)
@@ -331,6 +334,9 @@ def _replay_rejection(case, worker) -> int:
             return 1
         print(f"  ok   rejected: {exc.type_name}: {exc.message}")
         return 0
+    except BackendProtocolError as exc:
+        print(f"  FAIL: accepted invalid input, and the backend {exc}")
+        return 1
     finally:
         worker.stop()
     print(f"  FAIL: {rej.accepted(expected, actual)}")

@@ -39,7 +39,7 @@ from . import profiles, tolerance
 from .case import Case
 from .compare import FieldResult, compare_field
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
-from .worker import ALIAS, BackendError, exception_line
+from .worker import ALIAS, BackendError, BackendProtocolError, exception_line
 
 try:   # Hypothesis reports several distinct failures of one test as an exception group (Python >= 3.11)
     _GROUPS: tuple = (BaseExceptionGroup,)
@@ -243,6 +243,8 @@ class Harness:
         except BackendError as exc:
             error, detail = raised_lines(exc)
             self._fail(case, [], f"backend raised {exc.type_name}: {error}", traceback=exc.tb, detail=detail)
+        except BackendProtocolError as exc:
+            self._fail(case, [], str(exc))
         aliased = [m for m in mutated if ALIAS in m]
         mutated = [m for m in mutated if ALIAS not in m]
         if mutated:
@@ -353,6 +355,8 @@ class Harness:
                 self._fail(case, [], problem, traceback=exc.tb, detail=[exc.site])
             self.rejections += 1
             return
+        except BackendProtocolError as exc:   # it returned (no rejection), and not even arrays
+            self._fail(case, [], str(exc))
         self._fail(case, [], accepted(case.rejection, result))
 
     def expect(self, case: Case, actual: Any, expected: Any, *, what: str = "reference",

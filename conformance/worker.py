@@ -3,7 +3,8 @@
 One `Worker` per backend: a spawned process that loads the backend once and then serves requests over a
 pipe (arrays travel pickled between our own two processes; nothing is unpickled from disk). A call that
 does not answer within its timeout, or a worker that dies, raises `BackendCrash`; the next call starts a
-fresh worker. An exception raised by the backend comes back as `BackendError` with its type and message.
+fresh worker. An exception raised by the backend comes back as `BackendError` with its type and message;
+a result that is not NumPy arrays (a list, a generator) as `BackendProtocolError`, saying so.
 
 `BackendCrash` derives from BaseException on purpose: Hypothesis then stops at once instead of shrinking
 (each shrink step would restart a worker), and the case that crashed is reported as it was drawn.
@@ -67,6 +68,39 @@ def _site(path: str, lineno, func: str) -> str:
     return f"{func.strip()} ({os.path.basename(path)}:{lineno})"
 
 
+class BackendProtocolError(Exception):
+    """The backend returned something other than the protocol's NumPy arrays (a list, a generator, ...):
+    a failure of the case, said in those words (instead of the NumPy or pickling error it would cause)."""
+
+
+def output_problem(result: Any) -> str | None:
+    """Why a backend's result breaks the protocol of backends/base.py (an array, or a tuple/NamedTuple of
+    arrays), or None. Array-likes (NumPy scalars, objects with `__array__`) pass: they convert losslessly;
+    Python containers and iterators do not (a list of two pools would silently stack into one array)."""
+    if isinstance(result, tuple):
+        names = [f"field {f}" for f in getattr(result, "_fields", ())] or [f"element {i}" for i in range(len(result))]
+        for name, part in zip(names, result):
+            if not _array_like(part):
+                return (f"returned a tuple whose {name} is {_kind(part)}, expected numpy arrays "
+                        f"(protocol: backends/base.py)")
+        return None
+    if not _array_like(result):
+        return f"returned {_kind(result)}, expected a numpy array (protocol: backends/base.py)"
+    return None
+
+
+def _array_like(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__array__")
+
+
+def _kind(value: Any) -> str:
+    """'a list', 'an int', 'None': what a value is, in words."""
+    if value is None:
+        return "None"
+    noun = type(value).__name__
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 class BackendUnavailable(Exception):
     """The backend could not be loaded in the worker."""
 
@@ -104,6 +138,10 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
         try:
             before = {k: v.copy() for k, v in kwargs.items() if isinstance(v, np.ndarray)}
             result = getattr(backend, op)(**kwargs)
+            problem = output_problem(result)
+            if problem is not None:   # checked before pickling, which a generator would not survive
+                conn.send(("protocol", problem))
+                continue
             mutated = [k for k, v in before.items() if not _same_bits(v, kwargs[k])]
             mutated += aliased_inputs(result, kwargs)
             conn.send(("ok", (_to_numpy(result), mutated)))
@@ -222,6 +260,8 @@ class Worker:
                                f"{time.monotonic() - started:.1f} s" + (f"; {where}" if where else "")) from None
         if status == "error":
             raise BackendError(*payload)
+        if status == "protocol":
+            raise BackendProtocolError(payload)
         result, mutated = payload
         if isinstance(result, tuple) and len(result) == 3 and result[0] == "__namedtuple__":
             from collections import namedtuple
@@ -313,6 +353,9 @@ class InProcess:
             result = getattr(self.backend, op)(**kwargs)
         except Exception as exc:
             raise BackendError(*_error_payload(exc)) from None
+        problem = output_problem(result)
+        if problem is not None:
+            raise BackendProtocolError(problem)
         return result, aliased_inputs(result, kwargs)
 
     def stop(self) -> None:

@@ -208,3 +208,27 @@ def make_raises_nested():
 
 def make_raises_remote():
     return RaisesRemoteTraceback()
+
+
+class ReturnsList(_OnlyWriteKv):
+    """Returns write_kv's two pools as a list, not the protocol's arrays (which NumPy would stack)."""
+    name = "returns-list"
+
+    def write_kv(self, *args, **kw):
+        return list(reference.write_kv(*args, **kw))
+
+
+class ReturnsGenerator(_OnlyWriteKv):
+    """Returns a generator of the two pools (which cannot even be pickled back from the worker)."""
+    name = "returns-generator"
+
+    def write_kv(self, *args, **kw):
+        return (pool for pool in reference.write_kv(*args, **kw))
+
+
+def make_returns_list():
+    return ReturnsList()
+
+
+def make_returns_generator():
+    return ReturnsGenerator()
