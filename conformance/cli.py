@@ -1,7 +1,8 @@
 """`kvconform`: run the suite, list backends, clause coverage, replay reproducers, merge reports.
 
-Bad input (unknown backend or op, malformed module:factory, unwritable --out, corrupted reproducer)
-prints one line `kvconform: error: ...` and exits 2; no traceback reaches the user.
+Bad input (unknown backend or op, malformed module:factory, an option's value breaking its rule,
+unwritable --out, no or a corrupted reproducer) prints one line `kvconform: error: ...` and exits 2; no
+traceback reaches the user.
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     cov = sub.add_parser("coverage", help="clause x layer coverage of the suite")
     cov.add_argument("--family", default=None, help="clause prefix, e.g. PA")
     cov.add_argument("--json", action="store_true")
+    cov.add_argument("--suite", default=None, metavar="DIR",
+                     help="directory of test_*.py suite modules (default: the installed suite)")
 
     rep = sub.add_parser("replay", help="re-run a reproducer directory")
     rep.add_argument("directory")
@@ -221,7 +224,9 @@ def cmd_list(args) -> int:
 def cmd_coverage(args) -> int:
     from . import coverage
     clauses = coverage.defined_clauses()
-    tests = coverage.suite_tests()
+    if args.suite is not None and not Path(args.suite).is_dir():
+        raise UsageError(f"--suite {args.suite}: no such directory (it must hold the suite's test_*.py modules)")
+    tests = coverage.suite_tests(Path(args.suite) if args.suite else None)
     table = coverage.coverage_table(clauses, tests)
     prefixes = (args.family.upper(),) if args.family else ()
     if args.json:
@@ -241,6 +246,8 @@ def cmd_replay(args) -> int:
     from kvconform import backends, reference
     try:
         case, meta = case_io.load(Path(args.directory))
+    except case_io.NoReproducer as exc:
+        raise UsageError(str(exc)) from None
     except case_io.CorruptReproducer as exc:
         raise UsageError(f"corrupted reproducer: {exc}") from None
     spec = args.backend or meta.get("backend") or "numpy"

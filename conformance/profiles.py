@@ -18,9 +18,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
-
 
 @dataclass(frozen=True)
 class Profile:
@@ -62,7 +59,14 @@ def timeout_seconds(text: str) -> float:
 
 
 def hypothesis_settings(profile: Profile, *, budget: float = 1.0, out_dir: Path | None = None,
-                        seed_examples: int | None = None) -> settings:
+                        seed_examples: int | None = None) -> "hypothesis.settings":
+    """Hypothesis settings of `profile` for one test (`budget` scales its example count).
+
+    Hypothesis is imported here, not at module level: `kvconform run` reads the profiles before it starts
+    pytest, and a hypothesis imported by then cannot be assert-rewritten by pytest, which warned so
+    (PytestAssertRewriteWarning) on every run."""
+    from hypothesis import HealthCheck, Phase, Verbosity, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
     examples = seed_examples or max(1, round(profile.max_examples * budget))
     database = None
     if profile.use_database and out_dir is not None:

@@ -200,7 +200,8 @@ def test_results_that_are_not_numpy_arrays_fail_saying_so(cli, tmp_path):
     (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "soon"], "argument --timeout: must be"),
     (["run", "--jobs", "many"], "argument --jobs/-j: invalid int value"),
     (["run", "--out", "/proc/forbidden/out"], "not writable"),
-    (["replay", "/nonexistent/dir"], "corrupted reproducer"),
+    (["replay", "/nonexistent/dir"], "kvconform: error: no reproducer at /nonexistent/dir"),
+    (["coverage", "--suite", "/nonexistent/dir"], "--suite /nonexistent/dir: no such directory"),
     (["report", "merge", "/nonexistent.json", "--out", "x"], "does not exist"),
 ])
 def test_bad_cli_input_is_one_line(cli, args, needle):
@@ -208,6 +209,27 @@ def test_bad_cli_input_is_one_line(cli, args, needle):
     assert proc.returncode == 2
     assert needle in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_run_prints_no_assert_rewrite_warning(cli, tmp_path):
+    """pytest cannot rewrite a hypothesis imported before it starts; `run` no longer imports it that early."""
+    proc = cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(tmp_path / "out"), "--", "-k", "golden")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "PytestAssertRewriteWarning" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
+
+
+def test_coverage_of_another_suite_directory(cli, tmp_path):
+    """`kvconform coverage --suite DIR` reads the clauses cited by the test modules in DIR."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_mine.py").write_text(
+        "from kvconform.conformance.harness import conformance_test\n\n\n"
+        "@conformance_test(op='write_kv', layer='golden', clauses=('PA-41',))\n"
+        "def test_skipped_slot(kvc):\n    pass\n")
+    proc = cli("coverage", "--suite", str(suite), "--json")
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads(proc.stdout)["coverage"]
+    assert table["PA-41"]["golden"] == ["test_skipped_slot"] and not any(table["PA-7"].values())
 
 
 def test_corrupted_reproducers_are_rejected(cli, tmp_path):
