@@ -22,9 +22,10 @@ import sys
 
 from kvconform.conformance.cli import main
 
-here = pathlib.Path(__file__).resolve().parent
-args = sys.argv[1:] or ["--backend", {backend!r}]
-sys.exit(main(["replay", str(here), *args]))
+if __name__ == "__main__":   # the backend's worker is spawned: it re-imports this file as __mp_main__
+    here = pathlib.Path(__file__).resolve().parent
+    args = sys.argv[1:] or ["--backend", {backend!r}]
+    sys.exit(main(["replay", str(here), *args]))
 '''
 
 

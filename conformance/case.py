@@ -41,6 +41,11 @@ class CorruptReproducer(ValueError):
     """A reproducer directory that cannot be read; the message is one line."""
 
 
+class NoReproducer(CorruptReproducer):
+    """No reproducer at the path at all (no such directory, or no case.json in it): a wrong path, which
+    `kvconform replay` must not call a corrupted reproducer."""
+
+
 @dataclass(frozen=True)
 class PoisonRegion:
     """One don't-care location of a case: `inputs[input][index]` may hold anything (spec clause `clause`).
@@ -179,11 +184,11 @@ def load(directory: Path) -> tuple[Case, dict]:
     """(case, the whole case.json); raises CorruptReproducer with a one-line reason."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise CorruptReproducer(f"{directory} is not a reproducer directory")
+        raise NoReproducer(f"no reproducer at {directory}")
     try:
         meta = json.loads((directory / "case.json").read_text())
     except FileNotFoundError:
-        raise CorruptReproducer(f"{directory}: case.json is missing") from None
+        raise NoReproducer(f"no reproducer at {directory} (it holds no case.json)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CorruptReproducer(f"{directory}/case.json is not valid JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("schema") != CASE_SCHEMA or "op" not in meta:

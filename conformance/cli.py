@@ -1,7 +1,8 @@
 """`kvconform`: run the suite, list backends, clause coverage, replay reproducers, merge reports.
 
-Bad input (unknown backend or op, malformed module:factory, unwritable --out, corrupted reproducer)
-prints one line `kvconform: error: ...` and exits 2; no traceback reaches the user.
+Bad input (unknown backend or op, malformed module:factory, an option's value breaking its rule,
+unwritable --out, no or a corrupted reproducer) prints one line `kvconform: error: ...` and exits 2; no
+traceback reaches the user.
 """
 from __future__ import annotations
 
@@ -19,8 +20,17 @@ class UsageError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line errors: `kvconform: error: argument --timeout: <rule>`, exit 2
+    (argparse's own prints the whole usage first). Sub-command parsers inherit the class."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"kvconform: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvconform", description="KV-cache kernel conformance suite")
+    from .profiles import timeout_seconds
+    p = _Parser(prog="kvconform", description="KV-cache kernel conformance suite")
     sub = p.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the conformance suite")
@@ -34,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true")
     run.add_argument("--expectations", action="append", default=[], metavar="TOML")
     run.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles quick/thorough)")
-    run.add_argument("--timeout", type=float, default=None, help="seconds per backend call")
+    run.add_argument("--timeout", type=timeout_seconds, default=None, help="seconds per backend call, > 0")
     run.add_argument("--run-unclaimed", action="store_true")
     run.add_argument("--max-crashes", type=int, default=3, metavar="N",
                      help="after N crashes or hangs in a row of one op, record its remaining tests as crash "
@@ -54,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     cov = sub.add_parser("coverage", help="clause x layer coverage of the suite")
     cov.add_argument("--family", default=None, help="clause prefix, e.g. PA")
     cov.add_argument("--json", action="store_true")
+    cov.add_argument("--suite", default=None, metavar="DIR",
+                     help="directory of test_*.py suite modules (default: the installed suite)")
 
     rep = sub.add_parser("replay", help="re-run a reproducer directory")
     rep.add_argument("directory")
@@ -72,7 +84,7 @@ def main(argv=None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:   # argparse already printed its one-line usage error
+    except SystemExit as exc:   # _Parser already printed its one-line usage error (or --help its text)
         return EXIT_USAGE if exc.code else 0
     try:
         return {"run": cmd_run, "list": cmd_list, "check-backend": cmd_check_backend, "coverage": cmd_coverage,
@@ -149,8 +161,7 @@ def cmd_run(args) -> int:
     ini = out / ".pytest.ini"
     ini.write_text("[pytest]\n")
     pytest_args = [str(suite), "-c", str(ini), "--rootdir", str(suite.parent.parent), "-p", "no:cacheprovider",
-                   "-q", "--kvc-out", str(out), "--kvc-profile", args.profile,
-                   "--junitxml", str(out / "junit.xml"), "-o", "junit_family=xunit1"]
+                   "-q", "--kvc-out", str(out), "--kvc-profile", args.profile]
     for spec in specs:
         pytest_args += ["--kvc-backend", spec]
     if ops:
@@ -161,7 +172,7 @@ def cmd_run(args) -> int:
         pytest_args.append("--kvc-resume")
     for path in args.expectations:
         pytest_args += ["--kvc-expectations", str(Path(path).resolve())]
-    if args.timeout:
+    if args.timeout is not None:
         pytest_args += ["--kvc-timeout", str(args.timeout)]
     if args.run_unclaimed:
         pytest_args.append("--kvc-run-unclaimed")
@@ -269,7 +280,9 @@ def cmd_check_backend(args) -> int:
 def cmd_coverage(args) -> int:
     from . import coverage
     clauses = coverage.defined_clauses()
-    tests = coverage.suite_tests()
+    if args.suite is not None and not Path(args.suite).is_dir():
+        raise UsageError(f"--suite {args.suite}: no such directory (it must hold the suite's test_*.py modules)")
+    tests = coverage.suite_tests(Path(args.suite) if args.suite else None)
     table = coverage.coverage_table(clauses, tests)
     prefixes = (args.family.upper(),) if args.family else ()
     if args.json:
@@ -284,11 +297,14 @@ def cmd_coverage(args) -> int:
 
 def cmd_replay(args) -> int:
     from . import case as case_io
-    from .harness import compare_outputs
-    from .worker import BackendCrash, BackendDeclined, BackendError, BackendUnavailable, InProcess, Worker
+    from .harness import compare_outputs, raised_lines
+    from .worker import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
+                         InProcess, Worker)
     from kvconform import backends, reference
     try:
         case, meta = case_io.load(Path(args.directory))
+    except case_io.NoReproducer as exc:
+        raise UsageError(str(exc)) from None
     except case_io.CorruptReproducer as exc:
         raise UsageError(f"corrupted reproducer: {exc}") from None
     spec = args.backend or meta.get("backend") or "numpy"
@@ -319,7 +335,13 @@ def cmd_replay(args) -> int:
         print(f"  CRASH: {exc}")
         return 1
     except BackendError as exc:
-        print(f"  FAIL: backend raised {exc.type_name}: {exc.message}")
+        error, detail = raised_lines(exc)
+        print(f"  FAIL: backend raised {exc.type_name}: {error}")
+        for line in filter(None, detail):
+            print(f"        {line}")
+        return 1
+    except BackendProtocolError as exc:
+        print(f"  FAIL: the backend {exc}")
         return 1
     except BackendDeclined as exc:
         print(f"  FAIL: backend raised kvconform.Unsupported({str(exc)!r}) (a recorded case lies inside its claims)")
@@ -358,7 +380,7 @@ def _replay_rejection(case, worker) -> int:
     """Replay an errors-layer case: the reference must still reject it, the backend must raise the same
     family with a message naming the argument (rejection.py)."""
     from . import rejection as rej
-    from .worker import BackendCrash, BackendDeclined, BackendError
+    from .worker import BackendCrash, BackendDeclined, BackendError, BackendProtocolError
     from kvconform import reference
     try:
         expected = rej.run_reference(getattr(reference, case.op), case)
@@ -381,6 +403,8 @@ def _replay_rejection(case, worker) -> int:
         return 0
     except BackendDeclined as exc:
         print(f"  FAIL: raised kvconform.Unsupported({str(exc)!r}) instead of rejecting the malformed call")
+    except BackendProtocolError as exc:
+        print(f"  FAIL: accepted invalid input, and the backend {exc}")
         return 1
     finally:
         worker.stop()
@@ -401,7 +425,7 @@ def cmd_report(args) -> int:
     build.write_all(out, merged)
     for line in build.summary_lines(merged):
         print(line)
-    print(f"merged {len(reports)} reports into {out}/report.json, report.md, report.html")
+    print(f"merged {len(reports)} reports into {out}/report.json, report.md, report.html, junit.xml")
     bad = sum(merged["summary"].get(s, 0) for s in ("fail", "crash", "error"))
     return 1 if bad else 0
 

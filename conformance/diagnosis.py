@@ -23,7 +23,7 @@ from kvconform import reference
 from kvconform.backends.base import OPS
 
 from .case import Case
-from .worker import BackendCrash, BackendError
+from .worker import BackendCrash, BackendError, BackendProtocolError, exception_line
 
 
 def diagnose(kvc, kind: tuple) -> dict | None:
@@ -144,7 +144,9 @@ def _run(kvc, case: Case, expected: Any) -> tuple[str, str]:
     try:
         actual, mutated = kvc.worker.call(case.op, case.inputs, timeout=kvc.call_timeout)
     except BackendError as exc:
-        return "n/a", f"backend raised {exc.type_name}: {exc.message[:160]}"
+        return "n/a", f"backend raised {exc.type_name}: {exception_line(exc.message)[:160]}"
+    except BackendProtocolError as exc:
+        return "n/a", str(exc)[:200]
     except BackendCrash as exc:
         return "crash", str(exc)[:200]
     if mutated:

@@ -39,7 +39,7 @@ from . import profiles, tolerance
 from .case import Case
 from .compare import FieldResult, compare_field
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
-from .worker import ALIAS, BackendCrash, BackendDeclined, BackendError
+from .worker import ALIAS, BackendCrash, BackendDeclined, BackendError, BackendProtocolError, exception_line
 
 try:   # Hypothesis reports several distinct failures of one test as an exception group (Python >= 3.11)
     _GROUPS: tuple = (BaseExceptionGroup,)
@@ -236,9 +236,12 @@ class Harness:
         try:
             result, mutated = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
         except BackendError as exc:
-            self._fail(case, [], f"backend raised {exc.type_name}: {exc.message}", traceback=exc.tb)
+            error, detail = raised_lines(exc)
+            self._fail(case, [], f"backend raised {exc.type_name}: {error}", traceback=exc.tb, detail=detail)
         except BackendDeclined as exc:
             self._declined(case, str(exc))
+        except BackendProtocolError as exc:
+            self._fail(case, [], str(exc))
         aliased = [m for m in mutated if ALIAS in m]
         mutated = [m for m in mutated if ALIAS not in m]
         if mutated:
@@ -368,11 +371,13 @@ class Harness:
         except BackendError as exc:
             problem = judge(case.rejection, exc.type_name, exc.mro, exc.message)
             if problem is not None:
-                self._fail(case, [], problem, traceback=exc.tb)
+                self._fail(case, [], problem, traceback=exc.tb, detail=[exc.site])
             self.rejections += 1
             return
         except BackendDeclined as exc:
             self._declined(case, str(exc))
+        except BackendProtocolError as exc:   # it returned (no rejection), and not even arrays
+            self._fail(case, [], str(exc))
         self._fail(case, [], accepted(case.rejection, result))
 
     def expect(self, case: Case, actual: Any, expected: Any, *, what: str = "reference",
@@ -400,8 +405,13 @@ class Harness:
             if key in case.params:
                 self.dtypes_seen.add(f"{key}={case.params[key]}")
 
-    def _fail(self, case: Case, fields: list[FieldResult], headline: str, traceback: str = ""):
+    def _fail(self, case: Case, fields: list[FieldResult], headline: str, traceback: str = "",
+              detail: Iterable[str] = ()):
+        """Record the failure of `case` and raise it: headline, `detail` lines (where a backend exception
+        was raised), per-field metrics, case, expectation, tolerance, replay line; `traceback` (a backend
+        exception's, whole) goes to the record apart from the message."""
         lines = [f"[{case.op}] clauses {', '.join(self.clauses) or '-'}: {self.backend_name} {headline}"]
+        lines += [f"  {line}" for line in detail if line]
         lines += [f"  {r.summary()}" for r in fields]
         lines.append(f"  case: {case.shape_summary()}")
         if case.rejection is not None:
@@ -437,6 +447,14 @@ class Harness:
             "unclaimed": self.unclaimed,
             "duration": round(time.monotonic() - self.started, 3),
         }
+
+
+def raised_lines(exc: BackendError) -> tuple[str, list[str]]:
+    """(exception line, lines under it) of a backend exception in a failure message: the real error
+    (`worker.exception_line`), where it was raised (innermost frames first), the rest of a multi-line
+    message. Reports show a message's first lines, so the real error and its site must come first."""
+    first, *rest = exception_line(exc.message).splitlines() or [""]
+    return first, [exc.site, *(line.rstrip() for line in rest)]
 
 
 def poison_expectation(clean_ref: Any, poisoned_ref: Any, clean_actual: Any) -> Any:

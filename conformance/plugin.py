@@ -3,7 +3,7 @@
 Inert in ordinary pytest runs: it only adds `--kvc-*` options, the `kvconform` marker and the `kvc`
 fixture, which suite tests (conformance/suite/) use. With `--kvc-out DIR` it streams one JSON line per
 test to DIR/results.jsonl from the controlling process (so it works under pytest-xdist), writes a
-reproducer for every failure, and at the end renders report.json / report.md / report.html.
+reproducer for every failure, and at the end renders report.json / report.md / report.html / junit.xml.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def pytest_addoption(parser):
     g.addoption("--kvc-shard", default=None, metavar="I/N", help="run the I-th of N deterministic shards")
     g.addoption("--kvc-resume", action="store_true", help="skip tests already recorded in results.jsonl")
     g.addoption("--kvc-expectations", action="append", default=[], metavar="TOML")
-    g.addoption("--kvc-timeout", type=float, default=None, help="seconds per backend call (default: profile)")
+    g.addoption("--kvc-timeout", type=profiles.timeout_seconds, default=None,
+                help="seconds per backend call, > 0 (default: profile)")
     g.addoption("--kvc-run-unclaimed", action="store_true",
                 help="also run cases outside the claims (pass -> unclaimed-pass, fail -> unsupported)")
     g.addoption("--kvc-isolation", choices=("subprocess", "none"), default="subprocess")
@@ -219,6 +220,8 @@ def pytest_runtest_makereport(item, call):
         record["fields"] = failure.get("fields", [])
         if failure.get("diagnosis"):
             record["diagnosis"] = failure["diagnosis"]
+        if failure.get("traceback"):   # a backend exception's whole traceback (the message has its tail)
+            record["traceback"] = failure["traceback"]
         try:
             record["repro"] = str(artifacts.write_reproducer(state.out, item.nodeid, failure, record))
         except OSError as exc:

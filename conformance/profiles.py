@@ -13,11 +13,10 @@ count with a `budget` factor (a state machine step costs more than a differentia
 """
 from __future__ import annotations
 
+import argparse
+import math
 from dataclasses import dataclass
 from pathlib import Path
-
-from hypothesis import HealthCheck, Phase, Verbosity, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,27 @@ def get(name: str) -> Profile:
     return PROFILES[name]
 
 
+def timeout_seconds(text: str) -> float:
+    """`--timeout` / `--kvc-timeout` (argparse type): a finite number of seconds > 0. A zero or negative
+    limit would kill every backend call at once, and the backend would be blamed with crashes."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return seconds
+
+
 def hypothesis_settings(profile: Profile, *, budget: float = 1.0, out_dir: Path | None = None,
-                        seed_examples: int | None = None) -> settings:
+                        seed_examples: int | None = None) -> "hypothesis.settings":
+    """Hypothesis settings of `profile` for one test (`budget` scales its example count).
+
+    Hypothesis is imported here, not at module level: `kvconform run` reads the profiles before it starts
+    pytest, and a hypothesis imported by then cannot be assert-rewritten by pytest, which warned so
+    (PytestAssertRewriteWarning) on every run."""
+    from hypothesis import HealthCheck, Phase, Verbosity, settings
+    from hypothesis.database import DirectoryBasedExampleDatabase
     examples = seed_examples or max(1, round(profile.max_examples * budget))
     database = None
     if profile.use_database and out_dir is not None:

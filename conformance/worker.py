@@ -4,7 +4,8 @@ One `Worker` per backend: a spawned process that loads the backend once and then
 pipe (arrays travel pickled between our own two processes; nothing is unpickled from disk). A call that
 does not answer within its timeout, or a worker that dies, raises `BackendCrash`; the next call starts a
 fresh worker. An exception raised by the backend comes back as `BackendError` with its type and message,
-`kvconform.Unsupported` as `BackendDeclined` with the backend's reason.
+`kvconform.Unsupported` as `BackendDeclined` with the backend's reason, and a result that is not NumPy
+arrays (a list, a generator) as `BackendProtocolError`, saying so.
 
 `BackendCrash` derives from BaseException on purpose: Hypothesis then stops at once instead of shrinking
 (each shrink step would restart a worker), and the case that crashed is reported as it was drawn.
@@ -32,16 +33,73 @@ class BackendError(Exception):
     `mro` names the exception's classes (most derived first), so the engine can tell that a backend's own
     `KernelArgumentError(ValueError)` is a ValueError without unpickling the backend's class."""
 
-    def __init__(self, type_name: str, message: str, tb: str = "", mro: tuple[str, ...] = ()):
+    def __init__(self, type_name: str, message: str, tb: str = "", mro: tuple[str, ...] = (), site: str = ""):
         super().__init__(f"{type_name}: {message}")
-        self.type_name, self.message, self.tb = type_name, message, tb
+        self.type_name, self.message, self.tb, self.site = type_name, message, tb, site
         self.mro = tuple(mro) or (type_name,)
 
 
 def _error_payload(exc: BaseException) -> tuple:
-    """(type name, message, traceback, class names of the MRO): what BackendError is rebuilt from."""
+    """(type name, message, traceback, class names of the MRO, raise site): what BackendError is rebuilt
+    from. The traceback is whole: a limit would keep the outermost frames and drop the innermost, where
+    it was raised."""
     names = tuple(c.__name__ for c in type(exc).__mro__)
-    return type(exc).__name__, str(exc), traceback.format_exc(limit=8), names
+    return type(exc).__name__, str(exc), traceback.format_exc(), names, raise_site(exc)
+
+
+def exception_line(message: str) -> str:
+    """The real error of a backend exception's message: the message itself, or, for a message that holds a
+    traceback (an error re-raised from the backend's own subprocess, which starts at `spawn_main`), its
+    last line."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    if len(lines) > 1 and any(line.startswith("Traceback (most recent call last)") for line in lines):
+        return lines[-1].strip()
+    return message
+
+
+def raise_site(exc: BaseException, frames: int = 4) -> str:
+    """The innermost frames of where `exc` was raised, innermost first ("raised in kernel (k.py:12) <-
+    launch (k.py:30) ..."); "" without a traceback."""
+    sites = [_site(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)[-frames:]]
+    return "raised in " + " <- ".join(reversed(sites)) if sites else ""
+
+
+def _site(path: str, lineno, func: str) -> str:
+    """One frame as the crash and raise sites show it: `func (file.py:line)`."""
+    return f"{func.strip()} ({os.path.basename(path)}:{lineno})"
+
+
+class BackendProtocolError(Exception):
+    """The backend returned something other than the protocol's NumPy arrays (a list, a generator, ...):
+    a failure of the case, said in those words (instead of the NumPy or pickling error it would cause)."""
+
+
+def output_problem(result: Any) -> str | None:
+    """Why a backend's result breaks the protocol of backends/base.py (an array, or a tuple/NamedTuple of
+    arrays), or None. Array-likes (NumPy scalars, objects with `__array__`) pass: they convert losslessly;
+    Python containers and iterators do not (a list of two pools would silently stack into one array)."""
+    if isinstance(result, tuple):
+        names = [f"field {f}" for f in getattr(result, "_fields", ())] or [f"element {i}" for i in range(len(result))]
+        for name, part in zip(names, result):
+            if not _array_like(part):
+                return (f"returned a tuple whose {name} is {_kind(part)}, expected numpy arrays "
+                        f"(protocol: backends/base.py)")
+        return None
+    if not _array_like(result):
+        return f"returned {_kind(result)}, expected a numpy array (protocol: backends/base.py)"
+    return None
+
+
+def _array_like(value: Any) -> bool:
+    return isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__array__")
+
+
+def _kind(value: Any) -> str:
+    """'a list', 'an int', 'None': what a value is, in words."""
+    if value is None:
+        return "None"
+    noun = type(value).__name__
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 class BackendDeclined(Exception):
@@ -87,6 +145,10 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
         try:
             before = {k: v.copy() for k, v in kwargs.items() if isinstance(v, np.ndarray)}
             result = getattr(backend, op)(**kwargs)
+            problem = output_problem(result)
+            if problem is not None:   # checked before pickling, which a generator would not survive
+                conn.send(("protocol", problem))
+                continue
             mutated = [k for k, v in before.items() if not _same_bits(v, kwargs[k])]
             mutated += aliased_inputs(result, kwargs)
             conn.send(("ok", (_to_numpy(result), mutated)))
@@ -209,6 +271,8 @@ class Worker:
             raise BackendError(*payload)
         if status == "declined":
             raise BackendDeclined(payload)
+        if status == "protocol":
+            raise BackendProtocolError(payload)
         result, mutated = payload
         if isinstance(result, tuple) and len(result) == 3 and result[0] == "__namedtuple__":
             from collections import namedtuple
@@ -261,7 +325,7 @@ def crash_site(fault_path: str | None, frames: int = 4) -> str:
         # 'File "/path/mod.py", line 12 in func'
         path, _, rest = line[len('File "'):].partition('", line ')
         lineno, _, func = rest.partition(" in ")
-        sites.append(f"{func} ({os.path.basename(path)}:{lineno})")
+        sites.append(_site(path, lineno, func))
         if len(sites) == frames:
             break
     return "crashed in " + " <- ".join(sites) if sites else ""
@@ -303,6 +367,9 @@ class InProcess:
             raise BackendDeclined(str(exc)) from None
         except Exception as exc:
             raise BackendError(*_error_payload(exc)) from None
+        problem = output_problem(result)
+        if problem is not None:
+            raise BackendProtocolError(problem)
         return result, aliased_inputs(result, kwargs)
 
     def stop(self) -> None:

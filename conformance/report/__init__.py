@@ -1,1 +1,1 @@
-"""Reports rendered from results.jsonl: report.json (versioned schema), report.md, report.html."""
+"""Reports rendered from results.jsonl: report.json (versioned schema), report.md, report.html, junit.xml."""

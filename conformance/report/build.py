@@ -1,4 +1,4 @@
-"""report.json (schema `kvconform.report/1`), report.md and report.html from results.jsonl, and merging.
+"""report.json (schema `kvconform.report/1`), report.md, report.html and junit.xml from results.jsonl, and merging.
 
 report.json keys: schema, suite_version, spec_version, created, platform, profile, seed, shard,
 backends {name: description with claims}, expectations {entries, unmatched}, summary {status: n},
@@ -174,24 +174,41 @@ def unchecked(report: dict, ops: list[str] | None = None) -> list[str]:
     return problems
 
 
-def _load_backends(out: Path) -> dict:
-    backends = {}
+def _load_backends(out: Path) -> list[dict]:
+    """The description of every backend of the run (backends/<spec>.json, each with its `spec`)."""
+    found = []
     for path in sorted((out / "backends").glob("*.json")) if (out / "backends").is_dir() else []:
         desc = json.loads(path.read_text())
-        backends[desc.get("name", path.stem)] = desc
-    return backends
+        desc.setdefault("name", desc.get("spec") or path.stem)
+        found.append(desc)
+    return found
+
+
+def distinct_backends(records: list[dict], descriptions: list[dict]) -> tuple[list[dict], dict]:
+    """(records, {label: description}) where every backend spec of the run has its own label: the backend's
+    name, or `name (spec)` when two specs share one (two builds of one library), whose results would
+    otherwise be counted as one backend's."""
+    uses = Counter(d["name"] for d in descriptions)
+    label = {d.get("spec"): d["name"] if uses[d["name"]] == 1 else f"{d['name']} ({d.get('spec')})"
+             for d in descriptions}
+    backends = {label[d.get("spec")]: d for d in descriptions}
+    relabelled = [dict(r, backend=label[r["backend_spec"]]) if r.get("backend_spec") in label else r
+                  for r in records]
+    return relabelled, backends
 
 
 def write_all(out: Path, report: dict | None = None) -> dict:
-    """Render report.json, report.md and report.html in `out` (from results.jsonl unless given)."""
+    """Render report.json, report.md, report.html and junit.xml in `out` (from results.jsonl unless given)."""
     out = Path(out)
     if report is None:
         run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-        report = assemble(read_results(out / "results.jsonl"), backends=_load_backends(out), run=run)
+        records, backends = distinct_backends(read_results(out / "results.jsonl"), _load_backends(out))
+        report = assemble(records, backends=backends, run=run)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
-    from . import html, markdown
+    from . import html, junit, markdown
     (out / "report.md").write_text(markdown.render(report))
     (out / "report.html").write_text(html.render(report))
+    (out / "junit.xml").write_text(junit.render(report))
     return report
 
 

@@ -201,6 +201,9 @@ def _failures(report: dict) -> str:
                            f"{rows}</table>")
         out += [_profile_plot(f) for f in r.get("fields") or [] if f.get("profile")]
         out.append(f"<pre>{e(r.get('message', ''))}</pre>")
+        if r.get("traceback"):   # the message shows where it was raised; the whole traceback on demand
+            out.append(f"<details class=traceback><summary>backend traceback</summary>"
+                       f"<pre>{e(r['traceback'])}</pre></details>")
         if r.get("repro"):
             out.append(f"<p>replay: <code>kvconform replay {e(r['repro'])}</code></p>")
         out.append("</div>")

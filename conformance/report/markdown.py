@@ -1,5 +1,14 @@
-"""report.md: a short Markdown summary, suited to a CI step summary."""
+"""report.md: a short Markdown summary, suited to a CI step summary.
+
+Every string from a result or a backend description (exception messages, backend names, test ids) goes
+through `_esc`: `&`, `<`, `>` HTML-escaped, so a backend printing `<!--` or `<script>` cannot hide the rest
+of a GitHub step summary, and `|` and newlines escaped, so it cannot break out of a table cell or a list
+item. Such text is never put in a code span (entities are not decoded there): `_code` is a `<code>`
+element around escaped text.
+"""
 from __future__ import annotations
+
+import html
 
 from .build import STATUS_ORDER, cell_status
 
@@ -13,42 +22,57 @@ def _cell(counts: dict) -> str:
     return f"{ICON.get(status, '')} {detail}"
 
 
-def _esc(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def _esc(text) -> str:
+    """Text safe in Markdown prose and table cells: HTML-escaped, `|` escaped, on one line."""
+    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def _code(text) -> str:
+    return f"<code>{_esc(text)}</code>"
+
+
+def _row(*cells) -> str:
+    return "| " + " | ".join(_esc(c) for c in cells) + " |"
 
 
 def render(report: dict) -> str:
-    lines = [f"# kvconform report", "",
-             f"suite {report['suite_version']}, spec {report['spec_version']}, profile `{report['profile']}`, "
-             f"created {report['created']}", ""]
+    lines = ["# kvconform report", "",
+             f"suite {_esc(report['suite_version'])}, spec {_esc(report['spec_version'])}, profile "
+             f"{_code(report['profile'])}, created {_esc(report['created'])}", ""]
     from .build import counts_text, split_counts
     for backend, groups in (report.get("counts") or split_counts(report.get("results", []))).items():
-        lines.append(f"**{backend}:** numerical tests {counts_text(groups.get('numerical', {}))}; "
+        lines.append(f"**{_esc(backend)}:** numerical tests {counts_text(groups.get('numerical', {}))}; "
                      f"errors layer (rejection tests) {counts_text(groups.get('errors', {}))}  ")
     lines += ["", "## Backends × ops × features", "", "| backend | op | feature | result | headroom |",
               "|---|---|---|---|---|"]
     for cell in report["matrix"]:
         h = cell["headroom"]
-        lines.append(f"| {cell['backend']} | {cell['op']} | {cell['feature']} | {_cell(cell['counts'])} | "
-                     f"{'' if h is None else f'{h:.3g}'} |")
+        lines.append(_row(cell["backend"], cell["op"], cell["feature"], _cell(cell["counts"]),
+                          "" if h is None else f"{h:.3g}"))
     if report.get("layers"):
         lines += ["", "## Backends × test layers", "", "| backend | layer | result |", "|---|---|---|"]
-        lines += [f"| {c['backend']} | {c['layer']} | {_cell(c['counts'])} |" for c in report["layers"]]
+        lines += [_row(c["backend"], c["layer"], _cell(c["counts"])) for c in report["layers"]]
     bad = [r for r in report["results"] if r["status"] in ("fail", "crash", "error", "xpass")]
     if bad:
         lines += ["", "## Failures", ""]
         for r in bad:
-            lines.append(f"- **{r['status']}** `{_esc(r['id'])}` — op `{r.get('op')}`, clauses "
-                         f"{', '.join(r.get('clauses', []))}")
-            first = (r.get("message") or "").splitlines()[:3]
-            for line in first:
-                lines.append(f"  - {_esc(line)[:300]}")
-            if (r.get("diagnosis") or {}).get("summary"):
-                lines.append(f"  - diagnosis: {_esc(r['diagnosis']['summary'])[:400]}")
-            if r.get("repro"):
-                lines.append(f"  - replay: `kvconform replay {r['repro']}`")
+            lines += _failure(r)
     unmatched = report.get("expectations", {}).get("unmatched", [])
     if unmatched:
         lines += ["", "## Unmatched expectations", ""]
-        lines += [f"- `{_esc(e['test'])}` ({e['backend']}, {e['source']}): {_esc(e['reason'])}" for e in unmatched]
+        lines += [f"- {_code(e['test'])} ({_esc(e['backend'])}, {_esc(e['source'])}): {_esc(e['reason'])}"
+                  for e in unmatched]
     return "\n".join(lines) + "\n"
+
+
+def _failure(r: dict) -> list[str]:
+    """One failure as a list item: status, test, op, clauses, the message's first lines, diagnosis, replay."""
+    lines = [f"- **{_esc(r['status'])}** {_code(r['id'])} — op {_code(r.get('op'))}, clauses "
+             f"{_esc(', '.join(r.get('clauses', [])))}"]
+    for line in (r.get("message") or "").splitlines()[:3]:
+        lines.append(f"  - {_esc(line[:300])}")
+    if (r.get("diagnosis") or {}).get("summary"):
+        lines.append(f"  - diagnosis: {_esc(r['diagnosis']['summary'][:400])}")
+    if r.get("repro"):
+        lines.append(f"  - replay: {_code('kvconform replay ' + r['repro'])}")
+    return lines

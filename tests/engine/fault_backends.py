@@ -140,3 +140,95 @@ def make_broken_capabilities():
 
 def make_claims_nothing():
     return ClaimsNothingUsable()
+
+
+class Twin(_OnlyWriteKv):
+    """Two builds of one library: the same `name`, another version. A run with both must keep them apart."""
+    name = "twin"
+
+
+def make_twin_a():
+    twin = Twin()
+    twin.version = "1.0"
+    return twin
+
+
+def make_twin_b():
+    twin = Twin()
+    twin.version = "2.0"
+    return twin
+
+
+class MarkupInText(_OnlyWriteKv):
+    """Backend-supplied text with HTML and Markdown in it (its name, its exception messages): the reports
+    must show it as text, never let `<!--` hide the rest of a step summary or `|` split a table cell."""
+    name = "markup<b>name</b>|pipe"
+
+    def write_kv(self, *args, **kw):
+        raise RuntimeError("kernel failed <!-- the rest is hidden\n<script>alert(1)</script> | a & b")
+
+
+def make_markup_in_text():
+    return MarkupInText()
+
+
+class RaisesNested(_OnlyWriteKv):
+    """Raises from a function two calls below its op: the reports must show that site and the error."""
+    name = "raises-nested"
+
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
+        return _launch(slot_mapping.shape[0])
+
+
+def _launch(n_tokens):
+    return _check_grid(n_tokens)
+
+
+def _check_grid(n_tokens):
+    raise RuntimeError(f"grid of {n_tokens} tokens exceeds the launch limit")
+
+
+class RaisesRemoteTraceback(_OnlyWriteKv):
+    """Re-raises an error of its own subprocess with that process's traceback as the message (which starts
+    at multiprocessing's `spawn_main`): the reports must show the message's last line, the real error."""
+    name = "raises-remote"
+
+    def write_kv(self, *args, **kw):
+        raise RuntimeError('Traceback (most recent call last):\n'
+                           '  File "/usr/lib/python3/multiprocessing/spawn.py", line 122, in spawn_main\n'
+                           '    exitcode = _main(fd, parent_sentinel)\n'
+                           '  File "/opt/kernels/compile.py", line 40, in build\n'
+                           '    raise ValueError("tile 96 is not a power of two")\n'
+                           'ValueError: tile 96 is not a power of two')
+
+
+def make_raises_nested():
+    return RaisesNested()
+
+
+def make_raises_remote():
+    return RaisesRemoteTraceback()
+
+
+class ReturnsList(_OnlyWriteKv):
+    """Returns write_kv's two pools as a list, not the protocol's arrays (which NumPy would stack)."""
+    name = "returns-list"
+
+    def write_kv(self, *args, **kw):
+        return list(reference.write_kv(*args, **kw))
+
+
+class ReturnsGenerator(_OnlyWriteKv):
+    """Returns a generator of the two pools (which cannot even be pickled back from the worker)."""
+    name = "returns-generator"
+
+    def write_kv(self, *args, **kw):
+        return (pool for pool in reference.write_kv(*args, **kw))
+
+
+def make_returns_list():
+    return ReturnsList()
+
+
+def make_returns_generator():
+    return ReturnsGenerator()

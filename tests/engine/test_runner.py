@@ -94,6 +94,113 @@ def test_junit_and_markdown(cli, tmp_path):
     assert report["backends"]["numpy"]["capabilities"]["write_kv"]["kv_dtypes"]
 
 
+def test_generated_repro_py_runs(cli, tmp_path):
+    """Every failure's repro.py must run as a script: the backend's worker is spawned, which re-imports
+    the script as __mp_main__, so its body must sit under a `__main__` guard."""
+    import subprocess
+    import sys
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:WriteKvNegativeSlotWraps",
+               "--ops", "write_kv", "--out", str(out), "--", "-k", "golden")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    script = next((out / "repro").glob("*/repro.py"))
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert "bootstrapping phase" not in ran.stderr, ran.stderr[-2000:]
+    assert ran.returncode == 1, (ran.stdout, ran.stderr[-2000:])   # the mutant still fails: a diff, no crash
+    assert ran.stdout.startswith(f"replay {script.parent}: op write_kv") and "FAIL" in ran.stdout, ran.stdout
+
+
+def test_backends_sharing_a_name_stay_apart(cli, tmp_path):
+    """Two builds of one library (same `name`) are two report entries, labelled by their spec."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "fault_backends:make_twin_a", "--backend", "fault_backends:make_twin_b",
+               "--ops", "write_kv", "--out", str(out), "--", "-k", "golden")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    report = cli.report(out)
+    labels = {"twin (fault_backends:make_twin_a)", "twin (fault_backends:make_twin_b)"}
+    assert set(report["backends"]) == labels
+    assert {d["version"] for d in report["backends"].values()} == {"1.0", "2.0"}
+    assert set(report["counts"]) == labels and {c["backend"] for c in report["matrix"]} == labels
+    for label in labels:
+        assert {r["backend"] for r in report["results"] if label.endswith(r["backend_spec"] + ")")} == {label}
+    assert "| twin (fault_backends:make_twin_a) | write_kv |" in (out / "report.md").read_text()
+
+
+def test_junit_after_resume_holds_every_result(cli, tmp_path):
+    """junit.xml is rendered from all results, as report.json is: a resumed run's holds the earlier tests."""
+    import xml.etree.ElementTree as ET
+    out = tmp_path / "out"
+    assert cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(out),
+               "--", "-k", "golden and slots").returncode == 0
+    assert cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(out), "--resume",
+               "--", "-k", "golden").returncode == 0
+    ids = {r["id"] for r in cli.report(out)["results"]}
+    assert len(ids) >= 2
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    cases = {f"{c.get('classname').replace('.', '/')}.py::{c.get('name')}" for c in suite.iter("testcase")}
+    assert cases == ids and suite.get("tests") == str(len(ids))
+
+
+def test_backend_text_is_escaped_in_report_md(cli, tmp_path):
+    """report.md goes into CI step summaries: a backend's name and messages are escaped HTML, and table
+    cells keep their columns."""
+    import re
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "fault_backends:make_markup_in_text", "--ops", "write_kv", "--out", str(out),
+               "--", "-k", "golden")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    md = (out / "report.md").read_text()
+    for raw in ("<!--", "<script>", "<b>"):
+        assert raw not in md, raw
+    assert "&lt;!-- the rest is hidden" in md and "&lt;script&gt;alert(1)&lt;/script&gt; \\| a &amp; b" in md
+    assert "| markup&lt;b&gt;name&lt;/b&gt;\\|pipe | write_kv | base |" in md
+    for line in md.splitlines():
+        if line.startswith("|"):
+            assert len(re.findall(r"(?<!\\)\|", line)) in (4, 6), line   # 3 or 5 columns, none split
+    assert "<script>" not in (out / "report.html").read_text()
+
+
+def test_reports_show_where_a_backend_exception_was_raised(cli, tmp_path):
+    """report.md/html show a backend exception's real error and its innermost frames, not the head of a
+    traceback; the whole traceback stays in results.jsonl."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "fault_backends:make_raises_nested", "--backend", "fault_backends:make_raises_remote",
+               "--ops", "write_kv", "--out", str(out), "--", "-k", "golden and slots")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    site = "raised in _check_grid (fault_backends.py:"
+    for text in (md, page):
+        assert "backend raised RuntimeError: grid of 3 tokens exceeds the launch limit" in text
+        assert site in text and "&lt;- _launch (fault_backends.py:" in text and "&lt;- write_kv (fault_backends.py:" in text
+        assert "backend raised RuntimeError: ValueError: tile 96 is not a power of two" in text
+    assert "spawn_main" not in md and "Traceback" not in md
+    records = {r["backend"]: r for r in cli.report(out)["results"]}
+    nested = records["raises-nested"]
+    assert nested["message"].splitlines()[1].strip().startswith(site)
+    assert nested["traceback"].startswith("Traceback (most recent call last)")
+    assert "in _launch" in nested["traceback"] and "RuntimeError: grid of 3 tokens" in nested["traceback"]
+    assert "spawn_main" in records["raises-remote"]["traceback"]
+    replayed = cli("replay", nested["repro"]).stdout
+    assert "FAIL: backend raised RuntimeError: grid of 3 tokens" in replayed and site in replayed, replayed
+
+
+def test_results_that_are_not_numpy_arrays_fail_saying_so(cli, tmp_path):
+    """A list or a generator returned by a backend is a failure naming the protocol, in the worker and in
+    replay --no-isolation, never a NumPy or pickling error."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "fault_backends:make_returns_list", "--backend", "fault_backends:make_returns_generator",
+               "--ops", "write_kv", "--out", str(out), "--", "-k", "golden and slots")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    records = {r["backend"]: r for r in cli.report(out)["results"]}
+    for name, kind in (("returns-list", "a list"), ("returns-generator", "a generator")):
+        record = records[name]
+        expected = f"{name} returned {kind}, expected a numpy array (protocol: backends/base.py)"
+        assert record["status"] == "fail" and expected in record["message"].splitlines()[0], record["message"]
+        replayed = cli("replay", record["repro"], "--no-isolation")
+        assert replayed.returncode == 1 and f"returned {kind}, expected a numpy array" in replayed.stdout, replayed
+
+
 @pytest.mark.parametrize("args, needle", [
     (["run", "--backend", "nope"], "unknown backend"),
     (["run", "--backend", "not a spec:x"], "malformed backend"),
@@ -101,8 +208,14 @@ def test_junit_and_markdown(cli, tmp_path):
     (["run", "--ops", "attention"], "unknown op"),
     (["run", "--profile", "fast"], "unknown profile"),
     (["run", "--shard", "3/2"], "--shard"),
+    (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "-5"],
+     "argument --timeout: must be a finite number of seconds > 0, got '-5'"),
+    (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "0"], "argument --timeout: must be"),
+    (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "soon"], "argument --timeout: must be"),
+    (["run", "--jobs", "many"], "argument --jobs/-j: invalid int value"),
     (["run", "--out", "/proc/forbidden/out"], "not writable"),
-    (["replay", "/nonexistent/dir"], "corrupted reproducer"),
+    (["replay", "/nonexistent/dir"], "kvconform: error: no reproducer at /nonexistent/dir"),
+    (["coverage", "--suite", "/nonexistent/dir"], "--suite /nonexistent/dir: no such directory"),
     (["report", "merge", "/nonexistent.json", "--out", "x"], "does not exist"),
 ])
 def test_bad_cli_input_is_one_line(cli, args, needle):
@@ -110,6 +223,27 @@ def test_bad_cli_input_is_one_line(cli, args, needle):
     assert proc.returncode == 2
     assert needle in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_run_prints_no_assert_rewrite_warning(cli, tmp_path):
+    """pytest cannot rewrite a hypothesis imported before it starts; `run` no longer imports it that early."""
+    proc = cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(tmp_path / "out"), "--", "-k", "golden")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "PytestAssertRewriteWarning" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
+
+
+def test_coverage_of_another_suite_directory(cli, tmp_path):
+    """`kvconform coverage --suite DIR` reads the clauses cited by the test modules in DIR."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_mine.py").write_text(
+        "from kvconform.conformance.harness import conformance_test\n\n\n"
+        "@conformance_test(op='write_kv', layer='golden', clauses=('PA-41',))\n"
+        "def test_skipped_slot(kvc):\n    pass\n")
+    proc = cli("coverage", "--suite", str(suite), "--json")
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads(proc.stdout)["coverage"]
+    assert table["PA-41"]["golden"] == ["test_skipped_slot"] and not any(table["PA-7"].values())
 
 
 def test_corrupted_reproducers_are_rejected(cli, tmp_path):

@@ -1,0 +1,58 @@
+"""junit.xml rendered from the report's results, so that it holds every test of the run.
+
+pytest's own `--junitxml` holds only the tests of its last session: after `kvconform run --resume` that
+was the resumed part alone, while report.json had all results (and a killed run left none). Rendered from
+the same records as report.json, the two always agree. One `testcase` per result, with the properties
+`kvc_backend`, `kvc_op`, `kvc_layer`, `kvc_status`, `kvc_clauses`; fail and crash are `failure`, error is
+`error`, unsupported, skip and xfail are `skipped` (as pytest's xunit1 files had them).
+"""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+OUTCOME = {"fail": "failure", "crash": "failure", "error": "error",
+           "unsupported": "skipped", "skip": "skipped", "xfail": "skipped"}
+
+#: characters XML 1.0 cannot hold (control characters of ANSI-coloured backend output, say)
+_NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _text(value) -> str:
+    return _NOT_XML.sub("?", str(value))
+
+
+def _names(test_id: str) -> tuple[str, str]:
+    """(classname, name) of a pytest node id, as pytest's junit writes them: the module path dotted."""
+    path, _, name = test_id.partition("::")
+    return path.removesuffix(".py").replace("/", "."), name or path
+
+
+def _testcase(record: dict) -> ET.Element:
+    classname, name = _names(record["id"])
+    case = ET.Element("testcase", classname=_text(classname), name=_text(name),
+                      time=str(record.get("duration", 0)))
+    props = ET.SubElement(case, "properties")
+    for key in ("backend", "op", "layer", "status"):
+        ET.SubElement(props, "property", name=f"kvc_{key}", value=_text(record.get(key, "")))
+    ET.SubElement(props, "property", name="kvc_clauses", value=_text(" ".join(record.get("clauses") or [])))
+    outcome = OUTCOME.get(record["status"])
+    if outcome is not None:
+        message = record.get("message") or record["status"]
+        element = ET.SubElement(case, outcome, message=_text(message.splitlines()[0] if message else ""))
+        element.text = _text(message)
+    return case
+
+
+def render(report: dict) -> str:
+    results = report["results"]
+    outcomes = Counter(OUTCOME.get(r["status"]) for r in results)
+    suite = ET.Element("testsuite", name="kvconform", tests=str(len(results)),
+                       failures=str(outcomes["failure"]), errors=str(outcomes["error"]),
+                       skipped=str(outcomes["skipped"]),
+                       time=f"{sum(r.get('duration') or 0 for r in results):.3f}")
+    suite.extend(_testcase(r) for r in results)
+    root = ET.Element("testsuites", name="kvconform")
+    root.append(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
