@@ -41,6 +41,7 @@ OPS: dict[str, str] = {
     "ragged_paged_attention_csr": "metadata",
     "gated_delta_rule_update": "recurrent",
     "gated_delta_rule_chunked": "recurrent",
+    "recurrent_store_step": "recurrent",
 }
 
 
@@ -63,6 +64,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "rwkv6_wkv": ("state_indices", "padding_slots", "initial_states"),
     "gated_delta_rule_update": ("state_indices", "padding_slots", "qk_l2norm"),
     "gated_delta_rule_chunked": ("state_indices", "padding_slots", "initial_states", "qk_l2norm"),
+    "recurrent_store_step": (),     # one column: every command is drawn (spec/recurrent.md RS-21 .. RS-27)
 }
 # MD-23: attention over CSR metadata draws the block-table attention columns (per-token scores aside)
 FEATURES["ragged_paged_attention_csr"] = tuple(f for f in FEATURES["ragged_paged_attention"] if f != "return_scores")

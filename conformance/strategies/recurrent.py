@@ -649,3 +649,7 @@ from . import recurrent_gated_delta  # noqa: E402,F401
 DIAGNOSIS.update({op: _recurrent_diagnosis for op in STRATEGIES if op not in DIAGNOSIS})
 HISTORY_INPUTS.update({"gated_delta_rule_update": ("q", "v", "state"),       # k keeps |k| <= 1 (RS-35)
                        "gated_delta_rule_chunked": ("q", "v", "state")})
+
+# --- the store op (RS-21 … RS-27): recurrent_store.py adds its VARIANTS, STRATEGIES, CHECKS and
+# HISTORY_INPUTS entries here when it is loaded (no diagnosis variations: its checks are exact).
+from . import recurrent_store  # noqa: E402,F401

@@ -8,8 +8,9 @@ carrying state == one call (RS-12, RS-18, RS-20). The `long` column of the SSD a
 tests and the `_long` properties draw sequences that cross kernel chunk / window ends (8, 16, 64 tokens),
 which the 4-token cases of the rest never reach (see strategies/recurrent.py). Error inputs: slot
 addressing (RS-2, RS-4), pool dtypes (RS-6) and the argument rules of each kernel, broken alone, are
-rejected with the reference's ValueError/TypeError naming the argument. The store (RS-21 … RS-27) and
-the conv layouts (RS-13) are reference functions, not backend ops, and are tested in tests/reference.
+rejected with the reference's ValueError/TypeError naming the argument. The store (RS-21 … RS-27) is the
+op `recurrent_store_step`, checked in test_recurrent_store.py; the conv layouts (RS-13) are reference
+functions, not backend ops, and are tested in tests/reference.
 """
 from __future__ import annotations
 
