@@ -77,6 +77,8 @@ class PallasBackend(Backend):
             "gated_delta_rule_chunked": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=("float32",),
                 features=("state_indices", "padding_slots", "initial_states", "qk_l2norm")),
+            # the store moves 32-bit words, never values: float64 pools are bit exact without float64 math
+            "recurrent_store_step": OpClaims(dtypes=("float32", "float64"), kv_dtypes=("float32", "float64")),
         }
 
     # ------------------------------------------------------------------------------------------------
@@ -246,6 +248,18 @@ class PallasBackend(Backend):
         return adapter.gated_delta_rule_chunked(ref_gated_delta.validate_gated_delta_rule_chunked(
             q, k, v, g, beta, state, cu_seqlens, chunk_size=chunk_size, scale=scale, use_qk_l2norm=use_qk_l2norm,
             state_indices=state_indices, has_initial_state=has_initial_state))
+
+    def recurrent_store_step(self, seq_slot, seq_pos, conv_pool, ssm_pool, command, *, seq=0, seq_ids=None,
+                             num_tokens=0, src=0, dst=0, saved_pos=0, saved_conv=None, saved_ssm=None,
+                             snapshots_conv=None, snapshots_ssm=None):
+        """Same contract as reference.recurrent_store_step (RS-21 .. RS-27): host-side plan, rows moved
+        by DMA on the device."""
+        from .recurrent import adapter
+        return adapter.recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, seq=seq,
+                                            seq_ids=seq_ids, num_tokens=num_tokens, src=src, dst=dst,
+                                            saved_pos=saved_pos, saved_conv=saved_conv, saved_ssm=saved_ssm,
+                                            snapshots_conv=snapshots_conv, snapshots_ssm=snapshots_ssm)
+
 
 def _token_scales(scale, slots: np.ndarray, n_pad: int, page_size: int, hkv: int) -> np.ndarray:
     """f32[N_pad, Hkv, 1]: the scale each token head is stored with (PA-44, PA-48): the pool's scale, its

@@ -119,6 +119,9 @@ def _jitted(name: str):
         from .recurrent.gated_delta import gated_delta_chunked_kernel
         return jax.jit(gated_delta_chunked_kernel,
                        static_argnames=("chunk", "num_chunks", "heads_per_block", "norm", "interpret"))
+    if name == "store_rows":
+        from .recurrent.store import move_rows_kernel
+        return jax.jit(move_rows_kernel, static_argnames=("interpret",))
     raise KeyError(name)
 
 

@@ -83,6 +83,8 @@ class TritonBackend(Backend):
             "gated_delta_rule_chunked": OpClaims(
                 dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
                 features=("state_indices", "padding_slots", "initial_states", "qk_l2norm")),
+            # the store moves bits (32-bit words), so float64 pools are exact too (RS-22, RS-25, RS-26)
+            "recurrent_store_step": OpClaims(dtypes=("float32", "float64"), kv_dtypes=("float32", "float64")),
         }
 
     # ---------------------------------------------------------------------------------------------
@@ -246,6 +248,19 @@ class TritonBackend(Backend):
         return adapter.gated_delta_rule_chunked(self._rt().device, q, k, v, g, beta, state, cu_seqlens,
                                                 chunk_size=chunk_size, scale=scale, use_qk_l2norm=use_qk_l2norm,
                                                 state_indices=state_indices, has_initial_state=has_initial_state)
+
+
+    # --- recurrent-state store (RS-21 .. RS-27): host-side plan, device-side row moves ---
+    def recurrent_store_step(self, seq_slot, seq_pos, conv_pool, ssm_pool, command, *, seq=0, seq_ids=None,
+                             num_tokens=0, src=0, dst=0, saved_pos=0, saved_conv=None, saved_ssm=None,
+                             snapshots_conv=None, snapshots_ssm=None):
+        """One store command (assign, copy, remove, keep, checkpoint, restore, rollback) -> StoreStep;
+        pools float32/float64 [num_slots, ...], moved as bits on the device."""
+        from .recurrent import adapter
+        return adapter.recurrent_store_step(self._rt().device, seq_slot, seq_pos, conv_pool, ssm_pool, command,
+                                            seq=seq, seq_ids=seq_ids, num_tokens=num_tokens, src=src, dst=dst,
+                                            saved_pos=saved_pos, saved_conv=saved_conv, saved_ssm=saved_ssm,
+                                            snapshots_conv=snapshots_conv, snapshots_ssm=snapshots_ssm)
 
 
 def _f64(original, upcast: np.ndarray, dev):

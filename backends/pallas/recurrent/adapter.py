@@ -257,3 +257,42 @@ def gated_delta_rule_chunked(call: GatedDeltaCall) -> GatedDeltaScan:
     out = heads.unpad(_unpack(per_seq, cu)[:, :, :dv], 1)
     new_pool = heads.unpad(np.asarray(new_pool)[:num_slots, :, :dk, :dv], 1).astype(pool.dtype)
     return GatedDeltaScan(out, new_pool)
+
+
+def recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs):
+    """RS-21 .. RS-27; see reference.recurrent_store_step. The metadata is planned on the host (every check
+    and refusal before any launch, RS-27); pool rows move on the device as 32-bit words (`store` kernel).
+
+    Buckets, so that a run compiles few kernels: rows of words are padded to a power of two (>= 128 lanes),
+    pool rows to a power of two (>= 8) plus one spare row, and the write list to a power of two (>= 4);
+    padding writes zero the spare row, which is cut off with the other padding."""
+    from kvconform.backends.store_moves import as_words, from_words, row_writes
+    from kvconform.reference.recurrent.store_step import StoreStep, plan_recurrent_store_step
+    plan = plan_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs)
+    writes = row_writes(plan)
+    pools, checkpoints = [], []
+    for pool, rows in zip(plan.pool, writes.rows):
+        words = as_words(pool)
+        lanes = pow2(words.shape[1], 128)
+        padded_pool = embed(words, (pow2(words.shape[0], 8) + 1, lanes), dtype=np.int32)
+        given = embed(rows, (pow2(rows.shape[0], 8), lanes), dtype=np.int32)
+        new = _move_rows(padded_pool, padded_pool, given, writes.src, writes.dst)
+        taken = _move_rows(np.zeros((2, lanes), np.int32), padded_pool, given, writes.checkpoint_src,
+                           np.zeros_like(writes.checkpoint_src))
+        n, R = words.shape
+        pools.append(from_words(new[:n, :R], pool))
+        checkpoints.append(from_words(taken[:writes.checkpoint_src.shape[0], :R], pool))
+    return StoreStep(plan.meta.seq_slot, plan.meta.seq_pos, pools[0], pools[1], plan.state_indices,
+                     plan.has_initial_state, plan.checkpoint_pos, checkpoints[0], checkpoints[1])
+
+
+def _move_rows(target: np.ndarray, pool: np.ndarray, rows: np.ndarray, src: np.ndarray, dst: np.ndarray):
+    """The store kernel on padded word arrays; target's last row is the spare that padding writes zero."""
+    if src.shape[0] == 0:
+        return target
+    m = pow2(src.shape[0], 4)
+    spare = target.shape[0] - 1
+    src_k = embed(src, (m,), fill=-1, dtype=np.int32)
+    dst_k = embed(dst, (m,), fill=spare, dtype=np.int32)
+    out = kernel("store_rows")(target, pool, rows, src_k, dst_k, interpret=interpret_params())
+    return np.asarray(out)

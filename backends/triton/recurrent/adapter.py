@@ -162,3 +162,28 @@ def gated_delta_rule_chunked(dev, q, k, v, g, beta, state, cu_seqlens, *, chunk_
                                    _idx(state_indices, dev), _flags(has_initial_state, dev), out,
                                    scale=call.scale, chunk_size=call.chunk_size, norm=call.use_qk_l2norm)
     return GatedDeltaScan(to_numpy(out), to_numpy(st))
+
+
+def recurrent_store_step(dev, seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs):
+    """RS-21 .. RS-27; see reference.recurrent_store_step. The metadata is planned on the host (every check
+    and refusal before any launch, RS-27); the pools are copied to the device once and their rows moved there
+    by `store.move_rows` as 32-bit words (bit copies for float32 and float64 pools)."""
+    import torch
+    from kvconform.backends.store_moves import as_words, from_words, row_writes
+    from kvconform.reference.recurrent.store_step import StoreStep, plan_recurrent_store_step
+    from . import store as kern
+    plan = plan_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs)
+    writes = row_writes(plan)
+    src, dst = to_torch(writes.src, dev), to_torch(writes.dst, dev)
+    pools, checkpoints = [], []
+    for pool, rows in zip(plan.pool, writes.rows):
+        words = to_torch(as_words(pool), dev, copy=True)
+        taken = torch.zeros((writes.checkpoint_src.shape[0], words.shape[1]), dtype=torch.int32, device=dev)
+        # the checkpoint reads the pool as it was (no command both checkpoints and moves rows)
+        kern.move_rows(taken, words, words, to_torch(writes.checkpoint_src, dev),
+                       torch.zeros_like(to_torch(writes.checkpoint_src, dev)))
+        kern.move_rows(words, words, to_torch(rows, dev), src, dst)
+        pools.append(from_words(to_numpy(words), pool))
+        checkpoints.append(from_words(to_numpy(taken), pool))
+    return StoreStep(plan.meta.seq_slot, plan.meta.seq_pos, pools[0], pools[1], plan.state_indices,
+                     plan.has_initial_state, plan.checkpoint_pos, checkpoints[0], checkpoints[1])
