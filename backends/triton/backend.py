@@ -14,6 +14,8 @@ from kvconform.reference import dtypes
 from kvconform.reference.eviction import (EvictionPlan, ScoreState, validate_accumulate_scores,
                                           validate_plan_eviction)
 from kvconform.reference.kv_write import KVPages, validate_write_kv
+from kvconform.reference.metadata import (validate_append_slot_mapping, validate_ragged_paged_attention_csr,
+                                          validate_slot_mapping_from_arena)
 from kvconform.reference.paged_attention import AttentionOutput, validate_ragged_paged_attention
 from kvconform.reference.rotation import validate_rotate_keys, validate_shift_keys
 
@@ -47,6 +49,15 @@ class TritonBackend(Backend):
                 features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
                           "per_head_scales", "per_token_scales"),
                 limits={"split_kv_min_keys": self._split_threshold(_runtime.configure().interpret)}),
+            # MD-23: the same kernels reading the CSR page table in place (constexpr CSR); no scores
+            "ragged_paged_attention_csr": OpClaims(
+                dtypes=_ACT, kv_dtypes=_KV, page_sizes=None, head_dims=None,
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "gqa",
+                          "per_head_scales", "per_token_scales"),
+                limits={"split_kv_min_keys": self._split_threshold(_runtime.configure().interpret)}),
+            # MD-7, MD-10: one slot-mapping kernel over separate arrays or the packed arena read in place
+            "append_slot_mapping": OpClaims(dtypes=("int32",), kv_dtypes=("int32",)),
+            "slot_mapping_from_arena": OpClaims(dtypes=("int32",), kv_dtypes=("uint8",)),
             "write_kv": OpClaims(
                 dtypes=_ACT + ("float64",), kv_dtypes=_KV, page_sizes=None, head_dims=None,
                 features=("quantized_kv", "per_head_scales", "per_token_scales")),
@@ -102,6 +113,38 @@ class TritonBackend(Backend):
             sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
             return_scores=return_scores)
         rt = self._rt()
+        from . import paged_attention as kern
+        dev = rt.device
+        out, scores = kern.ragged_paged_attention(
+            to_torch(q, dev), to_torch(k_pages, dev), to_torch(v_pages, dev),
+            metadata(kv_lens, dev), metadata(page_indices, dev), metadata(cu_q_lens, dev),
+            call.num_seqs, return_scores=return_scores, **self._attention_options(call, rt, q, k_pages))
+        out = to_numpy(out)
+        if not return_scores:
+            return out
+        return AttentionOutput(out, to_numpy(scores))
+
+    def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                                   *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
+                                   k_scale=None, v_scale=None):
+        """MD-23: the attention kernels read kv_indptr/kv_indices/kv_last_page_len in place (CSR flag).
+        The reference's validator also builds the equivalent block-table call; only its host-side lengths
+        are used here, to pick the launch (as for the block-table op)."""
+        call = validate_ragged_paged_attention_csr(
+            q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale=sm_scale,
+            sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+        rt = self._rt()
+        from . import paged_attention as kern
+        dev = rt.device
+        out = kern.ragged_paged_attention_csr(
+            to_torch(q, dev), to_torch(k_pages, dev), to_torch(v_pages, dev), metadata(qo_indptr, dev),
+            metadata(kv_indptr, dev), metadata(kv_indices, dev), metadata(kv_last_page_len, dev),
+            **self._attention_options(call, rt, q, k_pages))
+        return to_numpy(out)
+
+    def _attention_options(self, call, rt, q, k_pages) -> dict:
+        """Kernel keywords shared by both page-table forms: options of the validated block-table `call`
+        (torch scalars/tensors on the device) and the launch parameters for its lengths."""
         _check_dtypes(q, k_pages)
         from . import paged_attention as kern
         import torch
@@ -112,17 +155,36 @@ class TritonBackend(Backend):
         launch = kern.launch_defaults(call.num_seqs, max_q, max_kv, k_pages.shape[2], q.shape[1] // k_pages.shape[2],
                                       split_min_kv=self._split_threshold(rt.interpret), interpret=rt.interpret)
         sinks_t = None if call.sinks is None else torch.tensor(call.sinks, dtype=torch.float32, device=dev)
-        out, scores = kern.ragged_paged_attention(
-            to_torch(q, dev), to_torch(k_pages, dev), to_torch(v_pages, dev),
-            metadata(kv_lens, dev), metadata(page_indices, dev), metadata(cu_q_lens, dev),
-            call.num_seqs, sm_scale=call.sm_scale, sliding_window=call.sliding_window,
-            soft_cap=call.soft_cap, sinks=sinks_t, k_scale=_scale_arg(call.k_scale, dev),
-            v_scale=_scale_arg(call.v_scale, dev),
-            return_scores=return_scores, interpret=rt.interpret, **launch)
-        out = to_numpy(out)
-        if not return_scores:
-            return out
-        return AttentionOutput(out, to_numpy(scores))
+        return dict(sm_scale=call.sm_scale, sliding_window=call.sliding_window, soft_cap=call.soft_cap,
+                    sinks=sinks_t, k_scale=_scale_arg(call.k_scale, dev), v_scale=_scale_arg(call.v_scale, dev),
+                    interpret=rt.interpret, **launch)
+
+    # --- paged-KV metadata (spec/metadata.md) ----------------------------------------------------
+    def append_slot_mapping(self, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size):
+        """MD-7 on device: the four CSR arrays (any stride) -> slots int32[qo_indptr[S]]."""
+        qo, _, _, _, P = validate_append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                                                      page_size)
+        dev = self._rt().device
+        from . import metadata as kern
+        out = kern.append_slot_mapping(*(metadata(a, dev) for a in (qo_indptr, kv_indptr, kv_indices,
+                                                                      kv_last_page_len)), P, int(qo[-1]))
+        return to_numpy(out)
+
+    def slot_mapping_from_arena(self, arena, offsets, num_seqs, page_size):
+        """MD-10 on device: arena uint8[N] copied whole to the device (the packed transport's one copy)
+        and viewed as int32; the kernel reads the four arrays at offsets[k] / 4 -> slots int32[T].
+        Validation is the reference's (the arena checks, then MD-7's on the views it returns)."""
+        views = validate_slot_mapping_from_arena(arena, offsets, num_seqs, page_size)
+        qo, _, _, _, P = validate_append_slot_mapping(*views, page_size)
+        import torch
+        dev = self._rt().device
+        from . import metadata as kern
+        buf = np.asarray(arena)
+        words = torch.zeros(-(-buf.shape[0] // 4) * 4, dtype=torch.uint8, device=dev)   # int32-aligned
+        words[:buf.shape[0]] = to_torch(buf, dev)
+        offs = torch.as_tensor(np.asarray(offsets, dtype=np.int64), device=dev)
+        out = kern.slot_mapping_from_arena(words.view(torch.int32), offs, int(num_seqs), P, int(qo[-1]))
+        return to_numpy(out)
 
     def _split_threshold(self, interpret: bool) -> int:
         """Keys from which decode batches use split-KV (claimed as the limit split_kv_min_keys)."""

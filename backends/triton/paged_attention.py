@@ -8,10 +8,11 @@ cu_q_lens[i] // BLOCK_Q + i, which needs no host-side metadata and covers every 
 its sequence by binary search over cu_q_lens.
 
 The program walks the KV tokens its rows can see in blocks of BLOCK_N tokens (a token's page is looked
-up through the page table, so any page size works), with an online softmax in float32. Blocks before
-the first row's sliding window and after the last row's causal limit are never visited (PA-15), and
-loads are masked to the visited range, so NaN/Inf in unused slots or pages never enters the arithmetic
-(PA-24). Masked logits are selected to -inf, never multiplied by 0.
+up through the page table, so any page size works; the page table is a block table or, with the
+constexpr CSR, FlashInfer/TVM's CSR form read in place, spec/metadata.md MD-23), with an online
+softmax in float32. Blocks before the first row's sliding window and after the last row's causal limit
+are never visited (PA-15), and loads are masked to the visited range, so NaN/Inf in unused slots or
+pages never enters the arithmetic (PA-24). Masked logits are selected to -inf, never multiplied by 0.
 
 Split-KV: for long decode sequences a third grid axis cuts the KV range into NUM_SPLITS segments; each
 writes a partial (normalised output, max, sum) and `_combine_kernel` merges them, adding the sink once.
@@ -51,9 +52,19 @@ def _soft_cap(s, cap):
 
 
 @triton.jit
-def _tile_setup(cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window,
-                BLOCK_Q: tl.constexpr, HAS_WINDOW: tl.constexpr):
-    """Sequence, row range and visible KV range [lo, hi) of this program's query tile."""
+def _tile_setup(cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, indptr_ptr, stride_ip, stride_ps, stride_pp,
+                page_size, num_seqs, window, BLOCK_Q: tl.constexpr, HAS_WINDOW: tl.constexpr, CSR: tl.constexpr):
+    """Sequence, row range, visible KV range [lo, hi) and page-table base of this program's query tile.
+
+    The page table is read in one of two forms (spec/metadata.md MD-1), chosen by the constexpr CSR:
+      block table: kv_lens_ptr = kv_lens i32[S], page_ptr = page_indices [S, pages_per_seq]; the
+          sequence's pages start at element seq * stride_ps;
+      CSR (MD-2, MD-3): kv_lens_ptr = kv_last_page_len i32[S], indptr_ptr = kv_indptr i32[S+1],
+          page_ptr = kv_indices i32[nnz]; the pages start at element kv_indptr[seq] * stride_pp and
+          kv_len = (n - 1) * page_size + kv_last_page_len with n = kv_indptr[seq+1] - kv_indptr[seq]
+          pages (0 for an empty sequence, MD-4).
+    Page j of the sequence is then page_ptr[page_base + j * stride_pp] in both forms.
+    """
     pid = tl.program_id(0)
     seq = _find_sequence(cu_q_ptr, stride_cu, num_seqs, pid, BLOCK_Q)
     q_begin = tl.load(cu_q_ptr + seq * stride_cu)
@@ -61,13 +72,21 @@ def _tile_setup(cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window,
     tile = pid - (q_begin // BLOCK_Q + seq)
     q_start = q_begin + tile * BLOCK_Q
     q_end = tl.minimum(q_stop, q_start + BLOCK_Q)
-    kv_len = tl.load(kv_lens_ptr + seq * stride_kl)
+    if CSR:
+        first_page = tl.load(indptr_ptr + seq * stride_ip)
+        n_pages = tl.load(indptr_ptr + (seq + 1) * stride_ip) - first_page
+        last_len = tl.load(kv_lens_ptr + seq * stride_kl)
+        kv_len = tl.where(n_pages > 0, (n_pages - 1) * page_size + last_len, 0)     # MD-3, MD-4
+        page_base = first_page.to(tl.int64) * stride_pp
+    else:
+        kv_len = tl.load(kv_lens_ptr + seq * stride_kl)
+        page_base = seq * stride_ps
     first_pos = kv_len - (q_stop - q_begin) + (q_start - q_begin)  # PA-6
     hi = tl.minimum(kv_len, first_pos + (q_end - q_start))          # last row sees keys <= its pos
     lo = 0
     if HAS_WINDOW:
         lo = tl.maximum(first_pos - window + 1, 0)
-    return seq, q_start, q_end, first_pos, lo, hi
+    return seq, q_start, q_end, first_pos, lo, hi, page_base
 
 
 @triton.jit
@@ -101,14 +120,15 @@ def _q_tile(q_ptr, q_start, q_end, first_pos, kvh, stride_qt, stride_qh, stride_
 
 
 @triton.jit
-def _logits(q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale,
-            k_ptr, page_ptr, stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh_off, page_size,
+def _logits(q, page_base, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale,
+            k_ptr, page_ptr, stride_pp, stride_kp, stride_ks, stride_kd, kvh_off, page_size,
             d_offs, ks_ptr, sc_off, stride_sp, stride_ss, D: tl.constexpr, HAS_WINDOW: tl.constexpr,
             HAS_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, TOKEN_SCALES: tl.constexpr):
     """Masked, scaled (and capped) logits of one KV block: float32[BLOCK_M, BLOCK_N], -inf where hidden.
-    With TOKEN_SCALES each key's column is scaled by the k scale beside its slot (PA-48)."""
+    Key j's page is page_ptr[page_base + (j // page_size) * stride_pp] (either page-table form, see
+    _tile_setup). With TOKEN_SCALES each key's column is scaled by the k scale beside its slot (PA-48)."""
     in_range = (n_offs >= lo) & (n_offs < hi)
-    page = tl.load(page_ptr + seq * stride_ps + (n_offs // page_size) * stride_pp, mask=in_range, other=0)
+    page = tl.load(page_ptr + page_base + (n_offs // page_size) * stride_pp, mask=in_range, other=0)
     page = page.to(tl.int64)  # element offsets may pass 2**31 in large pools
     slot = (n_offs % page_size).to(tl.int64)
     k_off = page * stride_kp + slot * stride_ks + kvh_off
@@ -129,25 +149,26 @@ def _logits(q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale,
 @triton.jit
 def _attention_kernel(
         q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, part_ptr, part_ml_ptr,
-        kv_lens_ptr, page_ptr, cu_q_ptr, sinks_ptr, ks_ptr, vs_ptr,
+        kv_lens_ptr, indptr_ptr, page_ptr, cu_q_ptr, sinks_ptr, ks_ptr, vs_ptr,
         num_seqs, page_size, window, cap, qk_scale, v_scale, stride_sp, stride_ss, stride_sh,
         stride_qt, stride_qh, stride_qd, stride_kp, stride_ks, stride_kh, stride_kd,
         stride_vp, stride_vs, stride_vh, stride_vd, stride_ot, stride_oh, stride_od,
-        stride_kl, stride_ps, stride_pp, stride_cu, stride_lt,
+        stride_kl, stride_ip, stride_ps, stride_pp, stride_cu, stride_lt,
         stride_pst, stride_ptt, stride_pth, stride_mls, stride_mlt,
         D: tl.constexpr, D_PAD: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
         HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr, HAS_SINKS: tl.constexpr,
-        WRITE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, SCALE_MODE: tl.constexpr):
-    """SCALE_MODE (PA-18, PA-48): 0 one scale per pool (folded into qk_scale / v_scale), 1 per KV head
+        WRITE_LSE: tl.constexpr, DOT_DTYPE: tl.constexpr, SCALE_MODE: tl.constexpr, CSR: tl.constexpr):
+    """CSR selects the page-table form (see _tile_setup). SCALE_MODE (PA-18, PA-48): 0 one scale per pool (folded into qk_scale / v_scale), 1 per KV head
     (ks_ptr, vs_ptr: float32[Hkv]), 2 per token slot and KV head (float32[P, page_size, Hkv])."""
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     if SCALE_MODE == 1:
         qk_scale = qk_scale * tl.load(ks_ptr + kvh * stride_sh)
         v_scale = v_scale * tl.load(vs_ptr + kvh * stride_sh)
-    seq, q_start, q_end, first_pos, lo, hi = _tile_setup(
-        cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window, BLOCK_Q, HAS_WINDOW)
+    seq, q_start, q_end, first_pos, lo, hi, page_base = _tile_setup(
+        cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, indptr_ptr, stride_ip, stride_ps, stride_pp, page_size,
+        num_seqs, window, BLOCK_Q, HAS_WINDOW, CSR)
     if q_start < q_end:
         BLOCK_M: tl.constexpr = BLOCK_Q * GROUP_PAD
         tok, head, row_ok, pos, d_offs, q = _q_tile(
@@ -167,8 +188,8 @@ def _attention_kernel(
         for n0 in range(b0, b1, BLOCK_N):
             n_offs = n0 + tl.arange(0, BLOCK_N)
             s, page, slot, in_range = _logits(
-                q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale, k_ptr, page_ptr,
-                stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh * stride_kh, page_size,
+                q, page_base, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale, k_ptr, page_ptr,
+                stride_pp, stride_kp, stride_ks, stride_kd, kvh * stride_kh, page_size,
                 d_offs, ks_ptr, kvh * stride_sh, stride_sp, stride_ss, D, HAS_WINDOW, HAS_CAP, DOT_DTYPE,
                 SCALE_MODE == 2)
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -247,19 +268,21 @@ def _combine_kernel(part_ptr, part_ml_ptr, out_ptr, lse_ptr, sinks_ptr, Hq,
 
 @triton.jit
 def _scores_kernel(
-        q_ptr, k_ptr, lse_ptr, scores_ptr, kv_lens_ptr, page_ptr, cu_q_ptr, ks_ptr,
+        q_ptr, k_ptr, lse_ptr, scores_ptr, kv_lens_ptr, indptr_ptr, page_ptr, cu_q_ptr, ks_ptr,
         num_seqs, page_size, window, cap, qk_scale, scale_sp, scale_ss, scale_sh,
         stride_qt, stride_qh, stride_qd, stride_kp, stride_ks, stride_kh, stride_kd,
-        stride_kl, stride_ps, stride_pp, stride_cu, stride_lt, stride_ss,
+        stride_kl, stride_ip, stride_ps, stride_pp, stride_cu, stride_lt, stride_ss,
         D: tl.constexpr, D_PAD: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-        HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, SCALE_MODE: tl.constexpr):
+        HAS_WINDOW: tl.constexpr, HAS_CAP: tl.constexpr, DOT_DTYPE: tl.constexpr, SCALE_MODE: tl.constexpr,
+        CSR: tl.constexpr):
     """PA-21: scores[seq, j] += sum over this tile's rows and heads of exp(s - lse)."""
     kvh = tl.program_id(1)
     if SCALE_MODE == 1:
         qk_scale = qk_scale * tl.load(ks_ptr + kvh * scale_sh)
-    seq, q_start, q_end, first_pos, lo, hi = _tile_setup(
-        cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, num_seqs, window, BLOCK_Q, HAS_WINDOW)
+    seq, q_start, q_end, first_pos, lo, hi, page_base = _tile_setup(
+        cu_q_ptr, stride_cu, kv_lens_ptr, stride_kl, indptr_ptr, stride_ip, stride_ps, stride_pp, page_size,
+        num_seqs, window, BLOCK_Q, HAS_WINDOW, CSR)
     if q_start < q_end:
         tok, head, row_ok, pos, d_offs, q = _q_tile(
             q_ptr, q_start, q_end, first_pos, kvh, stride_qt, stride_qh, stride_qd,
@@ -268,8 +291,8 @@ def _scores_kernel(
         for n0 in range((lo // BLOCK_N) * BLOCK_N, hi, BLOCK_N):
             n_offs = n0 + tl.arange(0, BLOCK_N)
             s, page, slot, in_range = _logits(
-                q, seq, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale, k_ptr, page_ptr,
-                stride_ps, stride_pp, stride_kp, stride_ks, stride_kd, kvh * stride_kh, page_size,
+                q, page_base, n_offs, lo, hi, pos, row_ok, window, cap, qk_scale, k_ptr, page_ptr,
+                stride_pp, stride_kp, stride_ks, stride_kd, kvh * stride_kh, page_size,
                 d_offs, ks_ptr, kvh * scale_sh, scale_sp, scale_ss, D, HAS_WINDOW, HAS_CAP, DOT_DTYPE,
                 SCALE_MODE == 2)
             p = tl.exp(s - lse[:, None])
@@ -331,19 +354,71 @@ def launch_defaults(num_seqs: int, max_q: int, max_kv: int, num_kv_heads: int, g
     return {"block_q": min_rows, "block_n": 64 if splits > 1 else 32, "num_splits": int(max(1, splits))}
 
 
+class _PageTable:
+    """The page-table arguments of the kernels in either form (see _tile_setup): `lens` (kv_lens or
+    kv_last_page_len), `indptr` (kv_indptr, CSR only), `pages` (page_indices or kv_indices), their strides,
+    and the CSR flag."""
+
+    def __init__(self, lens, indptr, pages, csr: bool):
+        self.lens, self.pages, self.csr = lens, pages, csr
+        self.indptr = indptr if csr else lens               # block table: never read
+        self.stride_kl = lens.stride(0)
+        self.stride_ip = indptr.stride(0) if csr else 0
+        self.stride_ps, self.stride_pp = (0, pages.stride(0)) if csr else pages.stride()
+
+    def args(self):
+        """kv_lens_ptr, indptr_ptr, page_ptr: in the kernels' argument order."""
+        return self.lens, self.indptr, self.pages
+
+    def strides(self):
+        """stride_kl, stride_ip, stride_ps, stride_pp: in the kernels' argument order."""
+        return self.stride_kl, self.stride_ip, self.stride_ps, self.stride_pp
+
+
 def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                            sm_scale, sliding_window=None, soft_cap=None, sinks=None,
-                           k_scale=None, v_scale=None, return_scores=False,
-                           num_splits=1, block_q=None, block_n=32, num_warps=None, num_stages=None,
-                           interpret=False):
+                           k_scale=None, v_scale=None, return_scores=False, **launch):
     """Launch the kernels on torch tensors (one device). Returns out float32[T, Hq, D] and, with
     return_scores, scores float32[S, pages_per_seq * page_size].
 
     q [T, Hq, D]; k_pages/v_pages [P, page_size, Hkv, D]; metadata int32/int64 tensors of any stride;
     num_seqs a Python int; sinks float32[Hq] or None; scales Python floats (float32 values) or None, or
     float32 tensors [Hkv] (per KV head) or [P, page_size, Hkv] (per token slot and head), PA-48.
-    block_q/block_n/num_warps/num_stages tune the attention kernel's launch (None: Triton's defaults).
+    `launch`: num_splits, block_q, block_n, num_warps, num_stages (the attention kernel's launch; None:
+    Triton's defaults) and interpret.
     """
+    table = _PageTable(kv_lens, None, page_indices, csr=False)
+    return _attention(q, k_pages, v_pages, table, cu_q_lens, num_seqs, page_indices.shape[1],
+                      sm_scale=sm_scale, sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks,
+                      k_scale=k_scale, v_scale=v_scale, return_scores=return_scores, **launch)
+
+
+def ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, *,
+                               sm_scale, sliding_window=None, soft_cap=None, sinks=None,
+                               k_scale=None, v_scale=None, **launch):
+    """The same kernels reading a CSR page table (spec/metadata.md MD-23) directly: each program's
+    sequence finds its pages at kv_indices[kv_indptr[seq]:] and its kv_len from the page count and
+    kv_last_page_len (MD-3, MD-4); no block table is built. Returns out float32[T, Hq, D].
+
+    qo_indptr i32[S+1] (= cu_q_lens), kv_indptr i32[S+1], kv_indices i32[nnz], kv_last_page_len i32[S]:
+    int32/int64 tensors of any stride; every sequence counts (num_seqs = S). Options and `launch` as
+    `ragged_paged_attention` (no per-token scores).
+    """
+    table = _PageTable(kv_last_page_len, kv_indptr, kv_indices, csr=True)
+    num_seqs = kv_last_page_len.shape[0]
+    if kv_indices.shape[0] == 0:        # every sequence is empty (MD-4): no query row to compute
+        num_seqs = 0
+    out, _ = _attention(q, k_pages, v_pages, table, qo_indptr, num_seqs, 0, sm_scale=sm_scale,
+                        sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale,
+                        v_scale=v_scale, return_scores=False, **launch)
+    return out
+
+
+def _attention(q, k_pages, v_pages, table: _PageTable, cu_q_lens, num_seqs, pages_per_seq, *,
+               sm_scale, sliding_window=None, soft_cap=None, sinks=None,
+               k_scale=None, v_scale=None, return_scores=False,
+               num_splits=1, block_q=None, block_n=32, num_warps=None, num_stages=None, interpret=False):
+    """Both page-table forms: launch the attention (split-KV combine, scores) kernels."""
     import torch
     T, Hq, D = q.shape
     page_size, Hkv = k_pages.shape[1], k_pages.shape[2]
@@ -354,8 +429,8 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
         block_q = max(1, 16 // group_pad)
     block_q = max(block_q, triton.cdiv(16, group_pad))  # tl.dot needs >= 16 rows
     out = torch.zeros((T, Hq, D), dtype=torch.float32, device=q.device)
-    S = kv_lens.shape[0]
-    scores = (torch.zeros((S, page_indices.shape[1] * page_size), dtype=torch.float32, device=q.device)
+    S = table.lens.shape[0]
+    scores = (torch.zeros((S, pages_per_seq * page_size), dtype=torch.float32, device=q.device)
               if return_scores else None)
     if num_seqs == 0 or T == 0:
         return out, scores
@@ -384,14 +459,14 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     common = (num_seqs, page_size, window, cap, qk_scale)
     launch = {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages)) if v is not None}
     _attention_kernel[grid](
-        q, k_pages, v_pages, out, lse, part, part_ml, kv_lens, page_indices, cu_q_lens, sinks_t, ks_t, vs_t,
+        q, k_pages, v_pages, out, lse, part, part_ml, *table.args(), cu_q_lens, sinks_t, ks_t, vs_t,
         *common, v_scale_f, *scale_strides,
         *q.stride(), *k_pages.stride(), *v_pages.stride(), *out.stride(),
-        kv_lens.stride(0), *page_indices.stride(), cu_q_lens.stride(0), lse.stride(0),
+        *table.strides(), cu_q_lens.stride(0), lse.stride(0),
         part.stride(0), part.stride(1), part.stride(2), part_ml.stride(0), part_ml.stride(1),
         D=D, D_PAD=d_pad, GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=block_n,
         NUM_SPLITS=num_splits, HAS_SINKS=sinks is not None, WRITE_LSE=return_scores,
-        DOT_DTYPE=dot_dtype, SCALE_MODE=scale_mode, **flags, **launch)
+        DOT_DTYPE=dot_dtype, SCALE_MODE=scale_mode, CSR=table.csr, **flags, **launch)
     if num_splits > 1:
         # Padding rows merge uninitialised partials: their output is unspecified (PA-25), and merging
         # all T rows avoids reading cu_q_lens on the host.
@@ -403,9 +478,9 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
             HAS_SINKS=sinks is not None, WRITE_LSE=return_scores)
     if return_scores:
         _scores_kernel[grid[:2]](
-            q, k_pages, lse, scores, kv_lens, page_indices, cu_q_lens, ks_t, *common, *scale_strides,
-            *q.stride(), *k_pages.stride(), kv_lens.stride(0), *page_indices.stride(),
+            q, k_pages, lse, scores, *table.args(), cu_q_lens, ks_t, *common, *scale_strides,
+            *q.stride(), *k_pages.stride(), *table.strides(),
             cu_q_lens.stride(0), lse.stride(0), scores.stride(0),
             D=D, D_PAD=d_pad, GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=block_n,
-            DOT_DTYPE=dot_dtype, SCALE_MODE=scale_mode, **flags)
+            DOT_DTYPE=dot_dtype, SCALE_MODE=scale_mode, CSR=table.csr, **flags)
     return out, scores
