@@ -45,8 +45,8 @@ def _slot_mapping_kernel(qo_ptr, ip_ptr, idx_ptr, last_ptr, offs_ptr, out_ptr, p
         tl.store(out_ptr + q0 + t, slot.to(tl.int32), mask=ok)
 
 
-def launch(arrays, offsets, strides, num_seqs: int, page_size: int, num_tokens: int):
-    """Run the kernel: `arrays` the four base tensors (ARENA_ORDER), `offsets` int64 tensor [4] of element
+def _launch(arrays, offsets, strides, num_seqs: int, page_size: int, num_tokens: int):
+    """Run the kernel: `arrays` the four base tensors (reference.metadata.ARENA_ORDER), `offsets` int64 tensor [4] of element
     offsets on their device, `strides` four element strides. Returns the slots, int32 tensor [num_tokens]."""
     import torch
     out = torch.zeros(num_tokens, dtype=torch.int32, device=offsets.device)
@@ -64,10 +64,10 @@ def append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page
     arrays = (qo_indptr, kv_indptr, kv_indices if kv_indices.numel() else qo_indptr, kv_last_page_len)
     offsets = torch.zeros(4, dtype=torch.int64, device=qo_indptr.device)
     strides = tuple(a.stride(0) for a in arrays)
-    return launch(arrays, offsets, strides, kv_last_page_len.shape[0], page_size, num_tokens)
+    return _launch(arrays, offsets, strides, kv_last_page_len.shape[0], page_size, num_tokens)
 
 
 def slot_mapping_from_arena(arena_i32, byte_offsets, num_seqs: int, page_size: int, num_tokens: int):
     """MD-10: `arena_i32` the arena as an int32 tensor (its bytes, viewed), `byte_offsets` int64 tensor [4]
     on the same device (multiples of 4, checked by the caller) -> int32 tensor [num_tokens]."""
-    return launch((arena_i32,) * 4, byte_offsets // 4, (1, 1, 1, 1), num_seqs, page_size, num_tokens)
+    return _launch((arena_i32,) * 4, byte_offsets // 4, (1, 1, 1, 1), num_seqs, page_size, num_tokens)
