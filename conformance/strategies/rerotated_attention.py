@@ -47,7 +47,8 @@ def checks(exact_keys: np.ndarray, key_eps: np.ndarray, *, layout: str, rotary_d
     """The NU-RO6 contract of one single-sequence attention call (a CHECKS-like callable for kvc.expect).
 
     exact_keys: float64[L, Hkv, D], the kept keys encoded directly at positions 0 .. L-1 (L = kv_lens[0]);
-    key_eps: float64[L], eps_j of NU-RO6 (relative error each cached key may carry). Only `out` is compared.
+    key_eps: float64[L], eps_j of NU-RO6 (relative error each cached key may carry). Only `out` is compared
+    (reported as the field `out:RO-13`).
     """
     err = key_eps[:, None, None] * pair_norms(exact_keys, layout, rotary_dim)     # [L, Hkv, D]
 
@@ -68,5 +69,5 @@ def checks(exact_keys: np.ndarray, key_eps: np.ndarray, *, layout: str, rotary_d
         tol = dataclasses.replace(base, atol=base.atol + 2.0 * V * K,
                                   reason=f"NU-RO6: {base.reason} + 2 V K (K = {K:.3g}, key error of writing "
                                          f"and re-rotating)")
-        return {"out": (tol, rows)}
+        return {"out:RO-13": (tol, rows)}   # its own metrics row in reports, apart from the per-call `out`
     return contract
