@@ -92,9 +92,12 @@ def as_fields(result: Any) -> dict[str, Any]:
     return {"out": result}
 
 
-def compare_outputs(case: Case, expected: Any, actual: Any, *, exact: bool = False) -> list[FieldResult]:
+def compare_outputs(case: Case, expected: Any, actual: Any, *, exact: bool = False,
+                    checks: Callable | None = None) -> list[FieldResult]:
     """Compare every field the op's checks name (mask: the specified region only); `exact`: bit for bit
-    (class E, NU-4) over the same regions, for identities a spec states as bitwise."""
+    (class E, NU-4) over the same regions, for identities a spec states as bitwise; `checks`: another
+    comparison contract than `CHECKS[case.op]` (same signature), for a composed property with its own
+    numerics clause (e.g. NU-RO6)."""
     exp, act = as_fields(expected), as_fields(actual)
     results = []
     if set(act) != set(exp) and len(act) != len(exp):
@@ -102,8 +105,7 @@ def compare_outputs(case: Case, expected: Any, actual: Any, *, exact: bool = Fal
                             problem=f"returned fields {sorted(act)}, the reference returns {sorted(exp)}")]
     if set(act) != set(exp):  # same arity, other names: match by position
         act = dict(zip(exp, act.values()))
-    checks = checks_for(case.op)(case, exp, act)
-    for name, (tol, mask) in checks.items():
+    for name, (tol, mask) in (checks or checks_for(case.op))(case, exp, act).items():
         if exact:
             tol = tolerance.exact("class E: a bitwise identity of the spec")
         field_name = name.split(":")[0]   # "scores:zeros" checks another region of "scores"
@@ -381,10 +383,11 @@ class Harness:
         self._fail(case, [], accepted(case.rejection, result))
 
     def expect(self, case: Case, actual: Any, expected: Any, *, what: str = "reference",
-               exact: bool = False) -> None:
+               exact: bool = False, checks: Callable | None = None) -> None:
         """Compare `actual` with `expected` under the op's checks (`exact`: bit for bit over the same
-        regions); `what` names the expectation ("reference", "hand-worked value", "the unpermuted run")."""
-        results = compare_outputs(case, expected, actual, exact=exact)
+        regions; `checks`: a composed property's own contract, see compare_outputs); `what` names the
+        expectation ("reference", "hand-worked value", "the unpermuted run")."""
+        results = compare_outputs(case, expected, actual, exact=exact, checks=checks)
         worst = 0.0
         for res in results:
             slot = self.metrics.setdefault(res.name, {"max_abs": 0.0, "max_ulp": None, "headroom": 0.0})

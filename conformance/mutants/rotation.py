@@ -62,3 +62,15 @@ class ReturnsInputWhenIdle(Mutant):
         if len(rotated_block_indices) == 0:
             return k_pages
         return reference.rotate_keys(k_pages, rotated_block_indices, *args, **kw)
+
+
+@mutant(op="rotate_keys", clause="RO-13",
+        description="LUT rows read through a fixed 4-row table: rows past 3 are clamped to 3, so a block behind "
+                    "4+ evicted blocks is moved back by 3 blocks (the OpenVINO reference clamps the row to the "
+                    "LUT size); short deltas, all that a single call's test draws, stay right",
+        only_caught_by="evict_rotate_attend")
+class LutRowsClampedToFour(Mutant):
+    def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw):
+        # validated as given first: an out-of-range row must still be rejected (RO-12)
+        reference.rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw)
+        return reference.rotate_keys(k_pages, rotated_block_indices, np.minimum(rotation_deltas, 3), trig_lut, **kw)

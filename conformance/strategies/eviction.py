@@ -111,6 +111,17 @@ def plan_cases(draw, claims: OpClaims):
     return Case("plan_eviction", inputs, params, seed)
 
 
+def well_conditioned(acc: np.ndarray, counts: np.ndarray, config: EvictionConfig) -> bool:
+    """NU-EV3 for a state reached by a run (not drawn): no two evictable blocks' scores (EV-6, EV-7, on the
+    reference's float64) differ by a nonzero amount within SEPARATION relative. Only such plans are
+    compared with the reference."""
+    B = config.block_size
+    beta = reference.block_scores(acc, counts, config)
+    cand = beta[config.start_size // B:np.asarray(acc).shape[0] // B - config.recent_size // B]
+    gaps = np.abs(cand[:, None] - cand[None, :])
+    close = (gaps <= SEPARATION * np.maximum(cand[:, None], cand[None, :])) & (gaps > 0)
+    return not close.any()
+
 # --- comparison contract (spec/numerics.md, "Eviction") -------------------------------------------
 
 def accumulate_checks(case: Case, expected: dict, actual: dict) -> dict:

@@ -224,12 +224,8 @@ def test_accumulate_evict_rotate_state_machine(kvc):
                       and self.acc.shape[0] >= self.config.max_cache_size + self.config.block_size)
         @rule()
         def evict(self):
-            beta = reference.block_scores(self.acc, self.counts, self.config)
             c = self.config
-            cand = beta[c.start_size // c.block_size:self.acc.shape[0] // c.block_size - c.recent_size // c.block_size]
-            gaps = np.abs(cand[:, None] - cand[None, :])
-            close = (gaps <= ev.SEPARATION * np.maximum(cand[:, None], cand[None, :])) & (gaps > 0)
-            if close.any():
+            if not ev.well_conditioned(self.acc, self.counts, c):
                 return   # ill-conditioned ranking: not compared (NU-EV3)
             case = Case("plan_eviction", dict(block_table=np.array(self.table, I32), acc=self.acc,
                                               counts=self.counts, config=c),

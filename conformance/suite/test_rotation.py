@@ -6,7 +6,7 @@ run through the backend alone: zero row is the identity, [n, 1] equals its repea
 for bit, permuting (index, delta) rows changes nothing, heads are independent, LUT rows compose.
 Error inputs: every error RO-12 lists, broken alone, is rejected with the reference's ValueError or
 TypeError naming the argument. The stateful evict -> re-rotate machine lives in test_eviction.py (it spans
-both families).
+both families); the evict -> re-rotate -> attend invariant (RO-13) in test_evict_rotate_attend.py.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""End to end: append RoPE'd keys, attend with scores, accumulate, evict, re-rotate (EV-*, RO-*, PA-*).
+"""End to end: append RoPE'd keys, attend with scores, accumulate, evict, re-rotate (RO-13; EV-*, RO-*, PA-*).
 
 The model of the cache is the list of pre-RoPE keys and values of the kept tokens. After any sequence of
 appends and evictions, the paged cache must hold those keys RoPE'd at their compacted positions
