@@ -11,6 +11,7 @@ import importlib.util
 
 import numpy as np
 import pytest
+from _mla_cases import mla_call
 from suite_checks import assert_conforms, inputs_of
 
 from kvconform.backends.triton import make_backend  # first: decides TRITON_INTERPRET before triton loads
@@ -30,42 +31,17 @@ def backend():
     return b
 
 
-def _call(seed: int, *, page_size: int, q_lens, kv_lens, H: int, d_c: int, d_r: int, dtype="float32"):
-    """A ragged batch over shuffled pages; q_nope / q_pe are strided views into one wider array (the kernel
-    must honour their strides); unused pages and slots past kv_len hold NaN (ML-7)."""
-    rng = np.random.default_rng(seed)
-    used = [-(-n // page_size) for n in kv_lens]
-    P = sum(used) + 2
-    perm = rng.permutation(P)
-    table = np.zeros((len(kv_lens), max(used)), np.int32)
-    c = np.full((P, page_size, d_c), np.nan, np.float32)
-    r = np.full((P, page_size, d_r), np.nan, np.float32)
-    at = 0
-    for i, (n, u) in enumerate(zip(kv_lens, used)):
-        table[i, :u] = perm[at:at + u]
-        at += u
-        for j in range(n):
-            page, slot = table[i, j // page_size], j % page_size
-            c[page, slot] = rng.standard_normal(d_c)
-            r[page, slot] = rng.standard_normal(d_r)
-    T = sum(q_lens)
-    both = rng.standard_normal((T, H, d_c + d_r + 1)).astype(dtype)
-    q_nope, q_pe = both[:, :, :d_c], both[:, :, d_c + 1:]          # views with a row stride of d_c + d_r + 1
-    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-    return (q_nope, q_pe, c.astype(dtype), r.astype(dtype), np.array(kv_lens, np.int32), table, cu, len(kv_lens))
-
-
 @pytest.mark.parametrize("page_size", [1, 4, 8])
 def test_many_tiles_odd_dims(backend, page_size):
     """ML-1 .. ML-5: decode rows and a prefill chunk over tens of keys on shuffled pages, H = 5, d_c = 12,
     d_r = 3 (padded lanes must stay out of the sums)."""
-    args = _call(page_size, page_size=page_size, q_lens=[1, 3, 0, 1], kv_lens=[37, 21, 5, 2], H=5, d_c=12, d_r=3)
+    args = mla_call(page_size, page_size=page_size, q_lens=[1, 3, 0, 1], kv_lens=[37, 21, 5, 2], H=5, d_c=12, d_r=3)
     assert_conforms(OP, inputs_of(OP, *args), backend.mla_paged_attention(*args))
 
 
 def test_all_options_long(backend):
     """ML-6: window, soft cap and sinks (one sink -inf) together, windows that start mid-page."""
-    args = _call(7, page_size=4, q_lens=[2, 1], kv_lens=[30, 19], H=3, d_c=8, d_r=2, dtype="bfloat16")
+    args = mla_call(7, page_size=4, q_lens=[2, 1], kv_lens=[30, 19], H=3, d_c=8, d_r=2, dtype="bfloat16")
     opts = dict(sm_scale=0.3, sliding_window=7, soft_cap=2.0,
                 sinks=np.array([0.5, -np.inf, -1.0], np.float32))
     assert_conforms(OP, inputs_of(OP, *args, **opts), backend.mla_paged_attention(*args, **opts))
@@ -73,7 +49,7 @@ def test_all_options_long(backend):
 
 def test_rejects_before_launch_with_the_reference_message(backend):
     """ML-9: a latent pool whose dim is not q_nope's is refused with the reference's own message."""
-    q_nope, q_pe, c, r, kv, table, cu, n = _call(1, page_size=2, q_lens=[1], kv_lens=[3], H=2, d_c=4, d_r=2)
+    q_nope, q_pe, c, r, kv, table, cu, n = mla_call(1, page_size=2, q_lens=[1], kv_lens=[3], H=2, d_c=4, d_r=2)
     bad = np.zeros(c.shape[:2] + (5,), np.float32)
     with pytest.raises(ValueError) as want:
         ref.mla_paged_attention(q_nope, q_pe, bad, r, kv, table, cu, n)
