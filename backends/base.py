@@ -42,6 +42,7 @@ OPS: dict[str, str] = {
     "gated_delta_rule_update": "recurrent",
     "gated_delta_rule_chunked": "recurrent",
     "recurrent_store_step": "recurrent",
+    "mla_paged_attention": "mla",
 }
 
 
@@ -65,6 +66,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "gated_delta_rule_update": ("state_indices", "padding_slots", "qk_l2norm"),
     "gated_delta_rule_chunked": ("state_indices", "padding_slots", "initial_states", "qk_l2norm"),
     "recurrent_store_step": (),     # one column: every command is drawn (spec/recurrent.md RS-21 .. RS-27)
+    "mla_paged_attention": ("sliding_window", "soft_cap", "sinks"),     # spec/mla.md ML-6
 }
 # MD-23: attention over CSR metadata draws the block-table attention columns (per-token scores aside)
 FEATURES["ragged_paged_attention_csr"] = tuple(f for f in FEATURES["ragged_paged_attention"] if f != "return_scores")
@@ -90,6 +92,9 @@ LIMITS: dict[str, tuple[str, ...]] = {
     "rwkv6_wkv": ("max_num_seqs",),
     "gated_delta_rule_update": ("max_num_seqs",),
     "gated_delta_rule_chunked": ("max_num_seqs",),
+    # head_dims claims the latent dims d_c (spec/mla.md ML-1); one KV head, so no KV-head limits
+    "mla_paged_attention": ("q_len", "num_q_heads", "max_kv_len", "max_num_seqs", "page_size", "max_pages",
+                            "dtype_pairs"),
 }
 
 

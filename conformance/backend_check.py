@@ -63,7 +63,7 @@ def signature_problems(method: Callable, ref: Callable) -> tuple[list[str], list
 
 def small_case_strategy(op: str, claims: OpClaims):
     """The strategy of the op's base column (no optional feature): the cases the suite starts from."""
-    from .strategies import eviction, metadata, paged_attention, recurrent, recurrent_gated_delta, rotation
+    from .strategies import eviction, metadata, mla, paged_attention, recurrent, recurrent_gated_delta, rotation
     base = {
         "ragged_paged_attention": lambda: paged_attention.attention_cases(claims, paged_attention.ATTENTION_VARIANTS[0]),
         "write_kv": lambda: paged_attention.write_kv_cases(claims, paged_attention.WRITE_VARIANTS[0]),
@@ -78,6 +78,7 @@ def small_case_strategy(op: str, claims: OpClaims):
         "slot_mapping_from_arena": lambda: metadata.slot_mapping_from_arena_cases(claims),
         "page_table_step": lambda: metadata.page_table_step_cases(claims),
         "ragged_paged_attention_csr": lambda: metadata.attention_csr_cases(claims, metadata.csr_attention_variants()[0]),
+        "mla_paged_attention": lambda: mla.mla_cases(claims, mla.VARIANTS[0]),
     }
     if op in base:
         return base[op]()

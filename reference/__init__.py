@@ -20,6 +20,7 @@ _FAMILY_MODULES = (
     "eviction",          # spec/eviction.md         EV-*
     "recurrent",         # spec/recurrent.md        RS-*
     "metadata",          # spec/metadata.md         MD-*
+    "mla",               # spec/mla.md              ML-*
 )
 
 __all__ = ["dtypes", "validation"]

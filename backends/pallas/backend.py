@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...reference import kv_write as ref_kv_write
+from ...reference import mla as ref_mla
 from ...reference import paged_attention as ref_attention
 from ...reference import rotation as ref_rotation
 from ...reference.recurrent import conv1d as ref_conv1d
@@ -18,7 +19,7 @@ from ...reference.recurrent import gated_delta as ref_gated_delta
 from ...reference.recurrent import rwkv6 as ref_rwkv6
 from ...reference.recurrent import selective_state as ref_selective_state
 from ...reference.recurrent import ssd_scan as ref_ssd_scan
-from ..base import Availability, Backend, OpClaims
+from ..base import Availability, Backend, OpClaims, Unsupported
 from .bucketing import pow2
 from .tiling import kv_heads_per_block
 from .runtime import interpret_params, jax_status, kernel
@@ -48,6 +49,10 @@ class PallasBackend(Backend):
             "write_kv": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 features=("quantized_kv", "per_head_scales", "per_token_scales")),
+            # absorbed MLA (ML-*): a decode kernel, one grid step per sequence with all heads
+            "mla_paged_attention": OpClaims(
+                dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
+                features=("sliding_window", "soft_cap", "sinks"), limits={"q_len": {"values": [0, 1]}}),
             "rotate_keys": OpClaims(
                 dtypes=FLOAT_KV, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
                 layouts=("half", "interleaved"),
@@ -107,7 +112,8 @@ class PallasBackend(Backend):
         else:
             q_k, kv_k = layout.attention_inputs(q_arr, call.k_pages, call.v_pages, t_pad=pow2(T, 8),
                                                 p_pad=pow2(P))
-        s_pad, pps_pad = pow2(S), pow2(pps)
+        # generous floors: every drawn call of the ci profile shares a few compiled kernels
+        s_pad, pps_pad = pow2(S, 4), pow2(pps, 16)
         lens = np.zeros(s_pad, np.int32)
         lens[:n] = call.kv_lens[:n]
         table = np.zeros((s_pad, pps_pad), np.int32)
@@ -137,6 +143,52 @@ class PallasBackend(Backend):
             return out
         scores = np.asarray(result[1])[:S, :pps].reshape(S, pps * page_size).astype(np.float32)
         return ref_attention.AttentionOutput(out, scores)
+
+    def mla_paged_attention(self, q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
+                            *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None):
+        """Same contract as reference.mla_paged_attention for decode batches (q_len 0 or 1, the claim);
+        out is float32. The kernel takes each decode row and one pool of [c_kv | k_pe] pages, lanes padded."""
+        call = ref_mla.validate_mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices,
+                                                    cu_q_lens, num_seqs, sm_scale=sm_scale,
+                                                    sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks)
+        from .mla import LANES
+        a, n = call.attention, call.attention.num_seqs
+        q_lens = np.diff(a.cu_q_lens[:n + 1])
+        if (q_lens > 1).any():
+            raise Unsupported("the Pallas MLA kernel is decode-only (claims q_len in {0, 1}), got q_len "
+                              f"{int(q_lens.max())}")
+        T, H, d_c = np.shape(q_nope)
+        D = d_c + np.shape(q_pe)[2]
+        Dp, h_pad = -(-D // LANES) * LANES, pow2(H, 8)
+        P, page_size, _ = np.shape(c_kv_pages)
+        S, pps = a.page_indices.shape
+        # generous floors: every drawn call of the ci profile shares a few compiled kernels
+        s_pad, pps_pad = pow2(S, 4), pow2(pps, 16)
+        c, r = np.asarray(c_kv_pages), np.asarray(k_pe_pages)
+        pool_dtype = c.dtype if c.dtype == r.dtype else np.float32     # one pool holds both parts
+        pages = np.zeros((pow2(P, 32), page_size, Dp), pool_dtype)
+        pages[:P, :, :d_c], pages[:P, :, d_c:D] = c, r
+        rows = np.zeros((s_pad, h_pad, Dp), np.float32)                # exact upcast of both query parts
+        lens, table, q_len_arr = (np.zeros(s_pad, np.int32), np.zeros((s_pad, pps_pad), np.int32),
+                                  np.zeros(s_pad, np.int32))
+        decode = [i for i in range(n) if q_lens[i] == 1]
+        for i in range(n):   # unused table entries may hold anything (ML-7): only the used pages travel
+            used = -(-int(a.kv_lens[i]) // page_size)
+            table[i, :used] = a.page_indices[i, :used]
+            lens[i], q_len_arr[i] = a.kv_lens[i], q_lens[i]
+        for i in decode:
+            rows[i, :H, :D] = a.q[a.cu_q_lens[i]]
+        fparams = np.full(2 + h_pad, -np.inf, np.float32)   # no sink: -inf (exactly no sink, PA-17)
+        fparams[:2] = (a.sm_scale, a.soft_cap or 0.0)
+        if a.sinks is not None:
+            fparams[2:2 + H] = a.sinks
+        meta = np.array([n, a.sliding_window or 0], np.int32)
+        res = np.asarray(kernel("mla")(rows, pages, lens, table.reshape(-1), q_len_arr, meta, fparams,
+                                       pages_per_seq=pps_pad, interpret=interpret_params()))
+        out = np.zeros((T, H, d_c), np.float32)
+        for i in decode:
+            out[a.cu_q_lens[i]] = res[i, :H, :d_c]
+        return out
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
         """Same contract as reference.write_kv; returns KVPages in the storage dtype. Tokens pad to

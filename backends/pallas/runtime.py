@@ -92,6 +92,9 @@ def _jitted(name: str):
     if name == "attention":
         from .paged_attention import ragged_paged_attention_kernel
         return jax.jit(ragged_paged_attention_kernel, static_argnames=("pages_per_seq", "cfg", "interpret"))
+    if name == "mla":
+        from .mla import mla_decode_kernel
+        return jax.jit(mla_decode_kernel, static_argnames=("pages_per_seq", "interpret"))
     if name == "write_kv":
         from .kv_write import write_kv_kernel
         return jax.jit(write_kv_kernel, static_argnames=("quantized", "interpret", "block_tokens"))

@@ -16,6 +16,7 @@ from kvconform.reference.eviction import (EvictionPlan, ScoreState, validate_acc
 from kvconform.reference.kv_write import KVPages, validate_write_kv
 from kvconform.reference.metadata import (validate_append_slot_mapping, validate_ragged_paged_attention_csr,
                                           validate_slot_mapping_from_arena)
+from kvconform.reference.mla import validate_mla_paged_attention
 from kvconform.reference.paged_attention import AttentionOutput, validate_ragged_paged_attention
 from kvconform.reference.rotation import validate_rotate_keys, validate_shift_keys
 
@@ -96,6 +97,9 @@ class TritonBackend(Backend):
                 features=("state_indices", "padding_slots", "initial_states", "qk_l2norm")),
             # the store moves bits (32-bit words), so float64 pools are exact too (RS-22, RS-25, RS-26)
             "recurrent_store_step": OpClaims(dtypes=("float32", "float64"), kv_dtypes=("float32", "float64")),
+            # Latent attention (ML-*): one program per query row, all heads, so decode and prefill alike
+            "mla_paged_attention": OpClaims(dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None,
+                                            features=("sliding_window", "soft_cap", "sinks")),
         }
 
     # ---------------------------------------------------------------------------------------------
@@ -184,6 +188,27 @@ class TritonBackend(Backend):
         words[:buf.shape[0]] = to_torch(buf, dev)
         offs = torch.as_tensor(np.asarray(offsets, dtype=np.int64), device=dev)
         out = kern.slot_mapping_from_arena(words.view(torch.int32), offs, int(num_seqs), P, int(qo[-1]))
+        return to_numpy(out)
+
+    def mla_paged_attention(self, q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
+                            *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None):
+        call = validate_mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices, cu_q_lens,
+                                            num_seqs, sm_scale=sm_scale, sliding_window=sliding_window,
+                                            soft_cap=soft_cap, sinks=sinks)
+        rt = self._rt()
+        for name, arr in (("q_nope", q_nope), ("q_pe", q_pe), ("c_kv_pages", c_kv_pages), ("k_pe_pages", k_pe_pages)):
+            dn = dtypes.dtype_name(np.asarray(arr).dtype)
+            if dn not in _ACT:
+                raise TypeError(f"{name} dtype {dn} is not supported by the triton backend (supported: {', '.join(_ACT)})")
+        from . import mla as kern
+        import torch
+        dev, a = rt.device, call.attention
+        plan = tuple(torch.from_numpy(p).to(dev) for p in kern.row_plan(a.kv_lens, a.cu_q_lens, a.num_seqs))
+        sinks_t = None if a.sinks is None else torch.tensor(a.sinks, dtype=torch.float32, device=dev)
+        out = kern.mla_paged_attention(to_torch(q_nope, dev), to_torch(q_pe, dev), to_torch(c_kv_pages, dev),
+                                       to_torch(k_pe_pages, dev), metadata(page_indices, dev), plan,
+                                       sm_scale=a.sm_scale, sliding_window=a.sliding_window, soft_cap=a.soft_cap,
+                                       sinks=sinks_t, interpret=rt.interpret)
         return to_numpy(out)
 
     def _split_threshold(self, interpret: bool) -> int:

@@ -31,6 +31,8 @@ VALIDATORS = {
     "ragged_paged_attention_csr": "validate_ragged_paged_attention_csr",
     "gated_delta_rule_update": "validate_gated_delta_rule_update",
     "gated_delta_rule_chunked": "validate_gated_delta_rule_chunked",
+    "recurrent_store_step": "validate_recurrent_store_step",
+    "mla_paged_attention": "validate_mla_paged_attention",
 }
 
 

@@ -1,0 +1,47 @@
+"""Mutants of latent paged attention (spec/mla.md): realistic bugs of absorbed MLA kernels, each wrapping
+the reference."""
+from __future__ import annotations
+
+import numpy as np
+
+from kvconform import reference
+
+from . import Mutant, mutant
+
+
+@mutant(op="mla_paged_attention", clause="ML-3",
+        description="default sm_scale over the latent dim only, d_c ** -0.5 (the RoPE dims forgotten)")
+class ScaleOverLatentOnly(Mutant):
+    def mla_paged_attention(self, q_nope, q_pe, c_kv_pages, k_pe_pages, *args, sm_scale=None, **kw):
+        if sm_scale is None:
+            sm_scale = np.shape(q_nope)[2] ** -0.5
+        return reference.mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, *args, sm_scale=sm_scale, **kw)
+
+
+@mutant(op="mla_paged_attention", clause="ML-3",
+        description="the RoPE part of the logits is dropped: only q_nope . c_kv is scored")
+class RopePartIgnored(Mutant):
+    def mla_paged_attention(self, q_nope, q_pe, c_kv_pages, k_pe_pages, *args, **kw):
+        return reference.mla_paged_attention(q_nope, q_pe, c_kv_pages, np.zeros_like(k_pe_pages), *args, **kw)
+
+
+@mutant(op="mla_paged_attention", clause="ML-1",
+        description="RoPE keys read from the logical page number instead of page_indices (the latent "
+                    "pool goes through the page table, the RoPE pool does not)")
+class RopeFromLogicalPage(Mutant):
+    def mla_paged_attention(self, q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices, cu_q_lens,
+                            num_seqs, **kw):
+        call = reference.validate_mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices,
+                                                      cu_q_lens, num_seqs, **kw)
+        a = call.attention
+        page_size = np.shape(c_kv_pages)[1]
+        out = np.zeros(np.shape(q_nope), np.float64)
+        for i in range(a.num_seqs):
+            # what the buggy kernel reads for sequence i: page l of the RoPE pool for its l-th page
+            wrong = np.array(k_pe_pages, copy=True)
+            for page in range(-(-int(a.kv_lens[i]) // page_size)):
+                wrong[a.page_indices[i, page]] = np.asarray(k_pe_pages)[page]
+            rows = slice(int(a.cu_q_lens[i]), int(a.cu_q_lens[i + 1]))
+            out[rows] = reference.mla_paged_attention(q_nope, q_pe, c_kv_pages, wrong, kv_lens, page_indices,
+                                                      cu_q_lens, num_seqs, **kw)[rows]
+        return out
