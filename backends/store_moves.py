@@ -1,7 +1,7 @@
 """The row moves of one `recurrent_store_step` as a device kernel takes them (spec/recurrent.md RS-21 .. RS-27).
 
 Shared by the Triton and Pallas store kernels: the metadata is planned on the host by the reference's
-`plan_recurrent_store_step` (every check and refusal happens there, so a refused call launches nothing,
+`validate_recurrent_store_step` (every check and refusal happens there, so a refused call launches nothing,
 RS-27); this module turns the plan into one list of row writes per call and the pools into 32-bit words,
 so that a kernel moves bits and never values.
 

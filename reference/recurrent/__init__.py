@@ -14,7 +14,7 @@ from .ssd_scan import SSDScan, SSDScanCall, ssd_chunked_scan, validate_ssd_chunk
 from .store import (Checkpoint, SlotAssignment, StoreError, StoreMeta, StoreUpdate, assign_slots,
                     checkpoint, copy_sequence, keep_sequence, new_store, remove_sequence, restore,
                     rollback, slot_refcounts)
-from .store_step import (STORE_COMMANDS, StorePlan, StoreStep, plan_recurrent_store_step,
+from .store_step import (STORE_COMMANDS, StorePlan, StoreStep, validate_recurrent_store_step,
                          recurrent_store_step)
 
 __all__ = [
@@ -35,5 +35,5 @@ __all__ = [
     "slot_refcounts", "assign_slots", "copy_sequence", "remove_sequence", "keep_sequence",
     "checkpoint", "restore", "rollback",
     # the store as one backend op (op name of backends/base.py OPS) and its checked plan
-    "recurrent_store_step", "StoreStep", "STORE_COMMANDS", "plan_recurrent_store_step", "StorePlan",
+    "recurrent_store_step", "StoreStep", "STORE_COMMANDS", "validate_recurrent_store_step", "StorePlan",
 ]

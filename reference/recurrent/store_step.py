@@ -9,7 +9,7 @@ store.py, whose checks, planning and row moves this module reuses under the op's
     conv_pool: float32|float64 [num_slots, ...]   pool kind 0 (a conv window [num_slots, C, W-1])
     ssm_pool:  float32|float64 [num_slots, ...]   pool kind 1 (an SSM state [num_slots, D, N] or [.., H, P, N])
 
-`plan_recurrent_store_step` checks a call and plans it on the metadata (every error, refusals included,
+`validate_recurrent_store_step` checks a call and plans it on the metadata (every error, refusals included,
 is raised there, so a failed call changes nothing, RS-27); `recurrent_store_step` then moves rows in
 NumPy. A backend may run the same plan and move the rows on its device.
 """
@@ -68,7 +68,7 @@ _NO_MOVES = RowMoves(np.zeros(0, np.int64), np.zeros(0, np.int64))
 _POOLS = ("conv_pool", "ssm_pool")
 
 
-def plan_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, *, seq=0, seq_ids=None,
+def validate_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, *, seq=0, seq_ids=None,
                               num_tokens=0, src=0, dst=0, saved_pos=0, saved_conv=None, saved_ssm=None,
                               snapshots_conv=None, snapshots_ssm=None) -> StorePlan:
     """Check one command and plan it (RS-21 … RS-27); arguments as `recurrent_store_step`.
@@ -133,7 +133,7 @@ def recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, *, seq
     Sequence ids lie in [0, max_seqs). Refused operations raise StoreError (a ValueError), malformed
     arguments ValueError/TypeError naming the argument; either way nothing changes (RS-27).
     """
-    plan = plan_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, seq=seq, seq_ids=seq_ids,
+    plan = validate_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, seq=seq, seq_ids=seq_ids,
                                      num_tokens=num_tokens, src=src, dst=dst, saved_pos=saved_pos,
                                      saved_conv=saved_conv, saved_ssm=saved_ssm, snapshots_conv=snapshots_conv,
                                      snapshots_ssm=snapshots_ssm)

@@ -267,8 +267,8 @@ def recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwar
     pool rows to a power of two (>= 8) plus one spare row, and the write list to a power of two (>= 4);
     padding writes zero the spare row, which is cut off with the other padding."""
     from kvconform.backends.store_moves import as_words, from_words, row_writes
-    from kvconform.reference.recurrent.store_step import StoreStep, plan_recurrent_store_step
-    plan = plan_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs)
+    from kvconform.reference.recurrent.store_step import StoreStep, validate_recurrent_store_step
+    plan = validate_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs)
     writes = row_writes(plan)
     pools, checkpoints = [], []
     for pool, rows in zip(plan.pool, writes.rows):

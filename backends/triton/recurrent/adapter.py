@@ -170,9 +170,9 @@ def recurrent_store_step(dev, seq_slot, seq_pos, conv_pool, ssm_pool, command, *
     by `store.move_rows` as 32-bit words (bit copies for float32 and float64 pools)."""
     import torch
     from kvconform.backends.store_moves import as_words, from_words, row_writes
-    from kvconform.reference.recurrent.store_step import StoreStep, plan_recurrent_store_step
+    from kvconform.reference.recurrent.store_step import StoreStep, validate_recurrent_store_step
     from . import store as kern
-    plan = plan_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs)
+    plan = validate_recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs)
     writes = row_writes(plan)
     src, dst = to_torch(writes.src, dev), to_torch(writes.dst, dev)
     pools, checkpoints = [], []

@@ -1,7 +1,7 @@
 """Row moves of the recurrent-state store on the device (spec/recurrent.md RS-21 .. RS-27).
 
 The store's metadata (which sequence owns which slot, positions, reference sharing) is planned on the
-host by `plan_recurrent_store_step`, as a serving engine's cache manager does; what touches the pools is
+host by `validate_recurrent_store_step`, as a serving engine's cache manager does; what touches the pools is
 this one kernel, run once per pool kind. Every pool row is handled as 32-bit words, so a move is a bit copy
 whatever the pool dtype (float64 rows are two words per value): NaN payloads, -0.0 and float64 values
 come through unchanged, which RS-22/RS-25/RS-26 require ("bit for bit").
