@@ -28,6 +28,8 @@ FLOAT_ACTIVATIONS = ("float32", "bfloat16", "float16")
 FLOAT_KV = ("float32", "bfloat16", "float16")
 QUANT_KV = ("float8_e4m3fn", "float8_e5m2", "int8")
 MAX_HEAD_DIM = 256
+#: bucket floors of the CSR arrays (SMEM words, a few bytes each): small tables share one compiled kernel
+CSR_MIN_SEQS, CSR_MIN_PAGES = 4, 16
 
 
 class PallasBackend(Backend):
@@ -52,6 +54,7 @@ class PallasBackend(Backend):
                 features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "gqa", "per_head_scales"),
                 limits={"max_head_dim": MAX_HEAD_DIM}),
             "slot_mapping_from_arena": OpClaims(dtypes=("int32",), kv_dtypes=("uint8",)),
+            "append_slot_mapping": OpClaims(dtypes=("int32",), kv_dtypes=("int32",)),
             "write_kv": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 features=("quantized_kv", "per_head_scales", "per_token_scales")),
@@ -130,7 +133,8 @@ class PallasBackend(Backend):
             q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale=sm_scale,
             sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
         T, D = np.shape(q)[0], np.shape(q)[2]
-        q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, "separate", False)
+        q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, "separate", False,
+                                                                min_seqs=CSR_MIN_SEQS)
         S = call.num_seqs
         s_pad = cu.shape[0] - 1
         indices = np.asarray(kv_indices, np.int64)
@@ -139,7 +143,7 @@ class PallasBackend(Backend):
         indptr_k[:S + 1] = np.asarray(kv_indptr, np.int64)
         last_k = np.zeros(s_pad, np.int32)
         last_k[:S] = np.asarray(kv_last_page_len, np.int64)
-        indices_k = np.zeros(pow2(nnz), np.int32)        # entries past nnz are never read
+        indices_k = np.zeros(pow2(nnz, CSR_MIN_PAGES), np.int32)        # entries past nnz are never read
         indices_k[:nnz] = indices
         out = kernel("attention_csr")(q_k, kv_k, indptr_k, indices_k, last_k, cu, meta, fparams, cfg=cfg,
                                       interpret=interpret_params())
@@ -151,14 +155,15 @@ class PallasBackend(Backend):
         offset. The reference's validators run first (same rules, same messages)."""
         views = ref_metadata.validate_slot_mapping_from_arena(arena, offsets, num_seqs, page_size)
         qo, *_ = ref_metadata.validate_append_slot_mapping(*views, page_size)
-        from .metadata import arena_words
-        words = arena_words(np.asarray(arena))
-        word_offsets = (np.asarray(offsets, np.int64) // 4).astype(np.int32)
-        T = int(qo[-1])
-        meta = np.array([int(num_seqs), int(page_size)], np.int32)
-        out = kernel("slot_mapping_from_arena")(words, word_offsets, meta, num_slots=pow2(T, 8),
-                                                interpret=interpret_params())
-        return np.asarray(out)[:T].astype(np.int32)
+        return _arena_slots(np.asarray(arena), offsets, int(num_seqs), int(page_size), int(qo[-1]))
+
+    def append_slot_mapping(self, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size):
+        """Same contract as reference.append_slot_mapping (MD-7): the four arrays packed back to back (4-byte
+        alignment, MD-8) into one word operand, then the arena kernel of `slot_mapping_from_arena`."""
+        qo, indptr, indices, last, P = ref_metadata.validate_append_slot_mapping(
+            qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
+        arena, offsets = ref_metadata.pack_arena([a.astype(np.int32) for a in (qo, indptr, indices, last)], 4)
+        return _arena_slots(arena, offsets, indptr.shape[0] - 1, P, int(qo[-1]))
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
         """Same contract as reference.write_kv; returns KVPages in the storage dtype. Tokens pad to
@@ -283,10 +288,21 @@ class PallasBackend(Backend):
                                             snapshots_conv=snapshots_conv, snapshots_ssm=snapshots_ssm)
 
 
-def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool):
+def _arena_slots(arena: np.ndarray, offsets, num_seqs: int, page_size: int, tokens: int) -> np.ndarray:
+    """i32[tokens]: the arena kernel's slot mapping (validated arguments; `tokens` = qo_indptr[S] sizes the
+    output bucket, pow2(tokens, 8))."""
+    from .metadata import arena_words
+    word_offsets = (np.asarray(offsets, np.int64) // 4).astype(np.int32)
+    meta = np.array([num_seqs, page_size], np.int32)
+    out = kernel("slot_mapping_from_arena")(arena_words(arena), word_offsets, meta, num_slots=pow2(tokens, 8),
+                                            interpret=interpret_params())
+    return np.asarray(out)[:tokens].astype(np.int32)
+
+
+def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *, min_seqs: int = 1):
     """What both page-table forms hand the attention kernel besides the page table, from the reference's
     normalised call (`validate_ragged_paged_attention`): q and the combined pool padded to their buckets,
-    cu_q_lens padded to pow2(S) + 1 entries (padding sequences have no rows), meta (num_seqs, window),
+    cu_q_lens padded to pow2(S, min_seqs) + 1 entries (padding sequences have no rows), meta (num_seqs, window),
     the float parameters and the static config."""
     from . import layout
     from .paged_attention import AttentionConfig
@@ -301,7 +317,7 @@ def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool):
     else:
         q_k, kv_k = layout.attention_inputs(q_arr, call.k_pages, call.v_pages, t_pad=pow2(T, 8), p_pad=pow2(P))
     n = call.num_seqs
-    s_pad = pow2(call.page_indices.shape[0])
+    s_pad = pow2(call.page_indices.shape[0], min_seqs)
     cu = np.full(s_pad + 1, int(call.cu_q_lens[n]), np.int32)
     cu[:n + 1] = call.cu_q_lens[:n + 1]
     meta = np.array([n, call.sliding_window or 0], np.int32)

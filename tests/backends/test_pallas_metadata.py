@@ -4,7 +4,8 @@
   ids and kv_len from the CSR arrays in SMEM; judged by the suite's NU-PA1 checks on the equivalent
   block-table case, with NaN in every don't-care slot and page (PA-24);
 - `slot_mapping_from_arena` (MD-7, MD-10): the kernel reading the four arrays at their offsets inside the
-  scalar-prefetched arena words; class E (exact), garbage elsewhere in the arena.
+  scalar-prefetched arena words; class E (exact), garbage elsewhere in the arena; `append_slot_mapping`
+  (MD-7) through the same kernel.
 Results go through `suite_checks.assert_conforms` (the suite's CHECKS), never a local bound.
 """
 from __future__ import annotations
@@ -133,6 +134,20 @@ def test_slot_mapping_suite_cases(case):
         assert_conforms("slot_mapping_from_arena", x, BACKEND.slot_mapping_from_arena(**x))
 
 
+def test_append_slot_mapping_golden_and_suite_cases():
+    """MD-7 from separate arrays (packed back to back for the same kernel): the hand-worked slots, then
+    the suite's draws."""
+    x = dict(GOLDEN, page_size=4)
+    assert_conforms("append_slot_mapping", x, BACKEND.append_slot_mapping(**x), expected=np.array([9, 10, 20], I32),
+                    what="hand-worked value")
+
+    @SETTINGS
+    @given(md.append_slot_mapping_cases(CLAIMS["append_slot_mapping"]))
+    def drawn(case):
+        assert_conforms("append_slot_mapping", case.inputs, BACKEND.append_slot_mapping(**case.inputs))
+    drawn()
+
+
 def test_arena_words_view_the_bytes():
     """Word w of the kernel's operand is bytes 4w .. 4w+3 of the arena, as the reference views them."""
     arena = np.arange(10, dtype=np.uint8)
@@ -158,6 +173,7 @@ def test_rejects_what_the_reference_rejects():
                 page_size=4)
     _same_error("slot_mapping_from_arena", arena=arena[:60], offsets=offsets, num_seqs=3, page_size=4)
     _same_error("slot_mapping_from_arena", arena=arena, offsets=offsets, num_seqs=3, page_size=2)  # last 3 > 2
+    _same_error("append_slot_mapping", **dict(GOLDEN, qo_indptr=np.array([0, 2, 4, 4], I32), page_size=4))
     x = _csr_cache()
     _same_error("ragged_paged_attention_csr", **dict(x, kv_last_page_len=x["kv_last_page_len"] + 1))
     _same_error("ragged_paged_attention_csr", **dict(x, kv_indptr=x["kv_indptr"][::-1].copy()))
@@ -168,3 +184,4 @@ def test_claims():
     assert set(caps["ragged_paged_attention_csr"].features) == {"sliding_window", "soft_cap", "sinks",
                                                                 "quantized_kv", "gqa", "per_head_scales"}
     assert caps["slot_mapping_from_arena"].kv_dtypes == ("uint8",)
+    assert "append_slot_mapping" in caps
