@@ -12,6 +12,7 @@ import numpy as np
 
 from ...reference import kv_write as ref_kv_write
 from ...reference import mla as ref_mla
+from ...reference import metadata as ref_metadata
 from ...reference import paged_attention as ref_attention
 from ...reference import rotation as ref_rotation
 from ...reference.recurrent import conv1d as ref_conv1d
@@ -28,6 +29,9 @@ FLOAT_ACTIVATIONS = ("float32", "bfloat16", "float16")
 FLOAT_KV = ("float32", "bfloat16", "float16")
 QUANT_KV = ("float8_e4m3fn", "float8_e5m2", "int8")
 MAX_HEAD_DIM = 256
+#: bucket floors of the page tables, block table or CSR (SMEM words, a few bytes each): every small table
+#: of the ci profile shares one compiled kernel
+MIN_SEQS, MIN_PAGES = 4, 16
 
 
 class PallasBackend(Backend):
@@ -46,6 +50,13 @@ class PallasBackend(Backend):
                 features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
                           "per_head_scales"),
                 limits={"max_head_dim": MAX_HEAD_DIM}),
+            # MD-23: the block-table kernel reading the CSR arrays; no per-token scores in MD-23
+            "ragged_paged_attention_csr": OpClaims(
+                dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "gqa", "per_head_scales"),
+                limits={"max_head_dim": MAX_HEAD_DIM}),
+            "slot_mapping_from_arena": OpClaims(dtypes=("int32",), kv_dtypes=("uint8",)),
+            "append_slot_mapping": OpClaims(dtypes=("int32",), kv_dtypes=("int32",)),
             "write_kv": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 features=("quantized_kv", "per_head_scales", "per_token_scales")),
@@ -96,46 +107,19 @@ class PallasBackend(Backend):
             q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
             sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
             return_scores=return_scores, kv_layout=kv_layout)
-        from . import layout
-        from .paged_attention import AttentionConfig
-        q_arr = np.asarray(q)
-        T, Hq, D = q_arr.shape
-        P, page_size, Hkv, _ = call.k_pages.shape
+        T, D = np.shape(q)[0], np.shape(q)[2]
+        q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, kv_layout, return_scores,
+                                                                min_seqs=MIN_SEQS)
+        page_size = call.k_pages.shape[1]
         S, pps = call.page_indices.shape
-        if D > MAX_HEAD_DIM:
-            raise ValueError(f"q head dim D={D} exceeds the Pallas kernel's max_head_dim={MAX_HEAD_DIM} "
-                             f"(one KV page of every head must fit the VMEM page buffer)")
         n = call.num_seqs
-        if kv_layout == "combined":
-            q_k, kv_k = layout.attention_inputs_combined(q_arr, np.asarray(k_pages), t_pad=pow2(T, 8),
-                                                         p_pad=pow2(P))
-        else:
-            q_k, kv_k = layout.attention_inputs(q_arr, call.k_pages, call.v_pages, t_pad=pow2(T, 8),
-                                                p_pad=pow2(P))
-        # generous floors: every drawn call of the ci profile shares a few compiled kernels
-        s_pad, pps_pad = pow2(S, 4), pow2(pps, 16)
+        s_pad, pps_pad = cu.shape[0] - 1, pow2(pps, MIN_PAGES)
         lens = np.zeros(s_pad, np.int32)
         lens[:n] = call.kv_lens[:n]
         table = np.zeros((s_pad, pps_pad), np.int32)
         for i in range(n):  # unused entries may hold anything (PA-24): only the used pages travel
             used = -(-int(call.kv_lens[i]) // page_size)
             table[i, :used] = call.page_indices[i, :used]
-        cu = np.full(s_pad + 1, int(call.cu_q_lens[n]), np.int32)
-        cu[:n + 1] = call.cu_q_lens[:n + 1]
-        meta = np.array([n, call.sliding_window or 0], np.int32)
-        if np.ndim(call.k_scale) == 3:
-            raise NotImplementedError("per-token KV scales (PA-48) are not implemented by the Pallas attention "
-                                      "kernel (not claimed: per_head_scales only)")
-        fparams = np.zeros(4 + Hq + 2 * Hkv, np.float32)
-        fparams[:2] = (call.sm_scale, call.soft_cap or 1.0)
-        if call.sinks is not None:
-            fparams[4:4 + Hq] = call.sinks
-        for base, scale in ((4 + Hq, call.k_scale), (4 + Hq + Hkv, call.v_scale)):   # per KV head (PA-48)
-            fparams[base:base + Hkv] = 1.0 if scale is None else np.asarray(scale, np.float32)
-        hb = kv_heads_per_block(Hq, Hkv, q_k.dtype, kv_k.dtype)   # PA-47: whole sublane tiles per block
-        cfg = AttentionConfig(block_q=8, kv_heads_per_block=hb, soft_cap=call.soft_cap is not None,
-                              sinks=call.sinks is not None, quantized=call.k_scale is not None,
-                              sliding_window=call.sliding_window is not None, return_scores=return_scores)
         result = kernel("attention")(q_k, kv_k, lens, table.reshape(-1), cu, meta, fparams,
                                      pages_per_seq=pps_pad, cfg=cfg, interpret=interpret_params())
         out = np.asarray(result[0])[:T, :, :D]
@@ -162,8 +146,7 @@ class PallasBackend(Backend):
         Dp, h_pad = -(-D // LANES) * LANES, pow2(H, 8)
         P, page_size, _ = np.shape(c_kv_pages)
         S, pps = a.page_indices.shape
-        # generous floors: every drawn call of the ci profile shares a few compiled kernels
-        s_pad, pps_pad = pow2(S, 4), pow2(pps, 16)
+        s_pad, pps_pad = pow2(S, MIN_SEQS), pow2(pps, MIN_PAGES)
         c, r = np.asarray(c_kv_pages), np.asarray(k_pe_pages)
         pool_dtype = c.dtype if c.dtype == r.dtype else np.float32     # one pool holds both parts
         pages = np.zeros((pow2(P, 32), page_size, Dp), pool_dtype)
@@ -189,6 +172,50 @@ class PallasBackend(Backend):
         for i in decode:
             out[a.cu_q_lens[i]] = res[i, :H, :d_c]
         return out
+
+    def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                                   *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
+                                   k_scale=None, v_scale=None):
+        """Same contract as reference.ragged_paged_attention_csr (spec/metadata.md MD-23); out is float32.
+
+        The CSR arrays go to the kernel as they are (padded to their buckets), scalar-prefetched: the kernel
+        reads each page id and kv_len from them, never from a block table built here. Padding sequences own
+        no page (kv_indptr repeats its last value, last-page length 0, MD-4) and no query row."""
+        call = ref_metadata.validate_ragged_paged_attention_csr(
+            q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale=sm_scale,
+            sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+        T, D = np.shape(q)[0], np.shape(q)[2]
+        q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, "separate", False,
+                                                                min_seqs=MIN_SEQS)
+        S = call.num_seqs
+        s_pad = cu.shape[0] - 1
+        indices = np.asarray(kv_indices, np.int64)
+        nnz = indices.shape[0]
+        indptr_k = np.full(s_pad + 1, nnz, np.int32)
+        indptr_k[:S + 1] = np.asarray(kv_indptr, np.int64)
+        last_k = np.zeros(s_pad, np.int32)
+        last_k[:S] = np.asarray(kv_last_page_len, np.int64)
+        indices_k = np.zeros(pow2(nnz, MIN_PAGES), np.int32)        # entries past nnz are never read
+        indices_k[:nnz] = indices
+        out = kernel("attention_csr")(q_k, kv_k, indptr_k, indices_k, last_k, cu, meta, fparams, cfg=cfg,
+                                      interpret=interpret_params())
+        return np.asarray(out[0])[:T, :, :D]
+
+    def slot_mapping_from_arena(self, arena, offsets, num_seqs, page_size):
+        """Same contract as reference.slot_mapping_from_arena (spec/metadata.md MD-7, MD-10): the arena goes
+        to the kernel as int32 words with the four word offsets, and the kernel reads every array at its
+        offset. The reference's validators run first (same rules, same messages)."""
+        views = ref_metadata.validate_slot_mapping_from_arena(arena, offsets, num_seqs, page_size)
+        qo, *_ = ref_metadata.validate_append_slot_mapping(*views, page_size)
+        return _arena_slots(np.asarray(arena), offsets, int(num_seqs), int(page_size), int(qo[-1]))
+
+    def append_slot_mapping(self, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size):
+        """Same contract as reference.append_slot_mapping (MD-7): the four arrays packed back to back (4-byte
+        alignment, MD-8) into one word operand, then the arena kernel of `slot_mapping_from_arena`."""
+        qo, indptr, indices, last, P = ref_metadata.validate_append_slot_mapping(
+            qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
+        arena, offsets = ref_metadata.pack_arena([a.astype(np.int32) for a in (qo, indptr, indices, last)], 4)
+        return _arena_slots(arena, offsets, indptr.shape[0] - 1, P, int(qo[-1]))
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
         """Same contract as reference.write_kv; returns KVPages in the storage dtype. Tokens pad to
@@ -311,6 +338,55 @@ class PallasBackend(Backend):
                                             seq_ids=seq_ids, num_tokens=num_tokens, src=src, dst=dst,
                                             saved_pos=saved_pos, saved_conv=saved_conv, saved_ssm=saved_ssm,
                                             snapshots_conv=snapshots_conv, snapshots_ssm=snapshots_ssm)
+
+
+def _arena_slots(arena: np.ndarray, offsets, num_seqs: int, page_size: int, tokens: int) -> np.ndarray:
+    """i32[tokens]: the arena kernel's slot mapping (validated arguments; `tokens` = qo_indptr[S] sizes the
+    output bucket, pow2(tokens, 8))."""
+    from .metadata import arena_words
+    word_offsets = (np.asarray(offsets, np.int64) // 4).astype(np.int32)
+    meta = np.array([num_seqs, page_size], np.int32)
+    out = kernel("slot_mapping_from_arena")(arena_words(arena), word_offsets, meta, num_slots=pow2(tokens, 8),
+                                            interpret=interpret_params())
+    return np.asarray(out)[:tokens].astype(np.int32)
+
+
+def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *, min_seqs: int = 1):
+    """What both page-table forms hand the attention kernel besides the page table, from the reference's
+    normalised call (`validate_ragged_paged_attention`): q and the combined pool padded to their buckets,
+    cu_q_lens padded to pow2(S, min_seqs) + 1 entries (padding sequences have no rows), meta (num_seqs, window),
+    the float parameters and the static config."""
+    from . import layout
+    from .paged_attention import AttentionConfig
+    q_arr = np.asarray(q)
+    T, Hq, D = q_arr.shape
+    P, page_size, Hkv, _ = call.k_pages.shape
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"q head dim D={D} exceeds the Pallas kernel's max_head_dim={MAX_HEAD_DIM} "
+                         f"(one KV page of every head must fit the VMEM page buffer)")
+    if kv_layout == "combined":
+        q_k, kv_k = layout.attention_inputs_combined(q_arr, np.asarray(k_pages), t_pad=pow2(T, 8), p_pad=pow2(P))
+    else:
+        q_k, kv_k = layout.attention_inputs(q_arr, call.k_pages, call.v_pages, t_pad=pow2(T, 8), p_pad=pow2(P))
+    n = call.num_seqs
+    s_pad = pow2(call.page_indices.shape[0], min_seqs)
+    cu = np.full(s_pad + 1, int(call.cu_q_lens[n]), np.int32)
+    cu[:n + 1] = call.cu_q_lens[:n + 1]
+    meta = np.array([n, call.sliding_window or 0], np.int32)
+    if np.ndim(call.k_scale) == 3:
+        raise NotImplementedError("per-token KV scales (PA-48) are not implemented by the Pallas attention "
+                                  "kernel (not claimed: per_head_scales only)")
+    fparams = np.zeros(4 + Hq + 2 * Hkv, np.float32)
+    fparams[:2] = (call.sm_scale, call.soft_cap or 1.0)
+    if call.sinks is not None:
+        fparams[4:4 + Hq] = call.sinks
+    for base, scale in ((4 + Hq, call.k_scale), (4 + Hq + Hkv, call.v_scale)):   # per KV head (PA-48)
+        fparams[base:base + Hkv] = 1.0 if scale is None else np.asarray(scale, np.float32)
+    hb = kv_heads_per_block(Hq, Hkv, q_k.dtype, kv_k.dtype)   # PA-47: whole sublane tiles per block
+    cfg = AttentionConfig(block_q=8, kv_heads_per_block=hb, soft_cap=call.soft_cap is not None,
+                          sinks=call.sinks is not None, quantized=call.k_scale is not None,
+                          sliding_window=call.sliding_window is not None, return_scores=return_scores)
+    return q_k, kv_k, cu, meta, fparams, cfg
 
 
 def _token_scales(scale, slots: np.ndarray, n_pad: int, page_size: int, hkv: int) -> np.ndarray:

@@ -3,9 +3,11 @@
 Kernel shape (what a TPU needs, and what Pallas TPU interpret mode checks on CPU):
 - grid (KV-head blocks, query blocks); both axes "arbitrary" because the per-token score output is
   accumulated across grid steps in one resident VMEM block;
-- metadata (kv_lens, the flattened page table, cu_q_lens, [num_seqs, sliding_window]) is
-  scalar-prefetched into SMEM; float options (sm_scale, soft cap, k/v scales, sinks) sit in SMEM too, so a
-  new value never forces a recompile;
+- metadata (kv_lens and the flattened block table, or the CSR page table kv_indptr / kv_indices /
+  kv_last_page_len of spec/metadata.md MD-23; then cu_q_lens, [num_seqs, sliding_window]) is
+  scalar-prefetched into SMEM; a static flag selects which form the kernel reads page ids and kv_len
+  from (one kernel body for both); float options (sm_scale, soft cap, k/v scales, sinks) sit in SMEM too,
+  so a new value never forces a recompile;
 - the KV pool stays in HBM (memory_space=ANY) in the combined-heads layout [P, page_size, 2*Hkv, Dp]
   (K of head h at 2h, V at 2h+1), and each page is DMA'd into a two-slot VMEM buffer: page p+1 is in
   flight while page p is being used;
@@ -72,7 +74,7 @@ def check_tpu_shapes(q_shape, kv_shape, kv_dtype, cfg: AttentionConfig) -> None:
 
 def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, meta, fparams, *,
                                   pages_per_seq: int, cfg: AttentionConfig, interpret):
-    """Run the kernel.
+    """Run the kernel on a block table (spec/paged_attention.md).
 
     q:          f32|bf16|f16 [T_pad, Hq, Dp]   (T_pad a multiple of block_q, Dp of 128)
     kv_pages:   [P, page_size, 2*Hkv, Dp] combined heads, storage dtype
@@ -82,18 +84,45 @@ def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, m
                 v scale per KV head...)
     Returns out f32[T_pad, Hq, Dp] and, with return_scores, scores f32[S, pages_per_seq, page_size].
     """
+    return _attention_call(q, kv_pages, (kv_lens, page_table), cu_q_lens, meta, fparams, csr=False,
+                           num_seqs_pad=kv_lens.shape[0], pages_per_seq=pages_per_seq, cfg=cfg, interpret=interpret)
+
+
+def ragged_paged_attention_csr_kernel(q, kv_pages, kv_indptr, kv_indices, kv_last_page_len, cu_q_lens, meta,
+                                      fparams, *, cfg: AttentionConfig, interpret):
+    """Run the same kernel on a CSR page table (spec/metadata.md MD-2 .. MD-4, MD-23).
+
+    kv_indptr: i32[S+1]; kv_indices: i32[nnz_pad] (entries past kv_indptr[S] are never read);
+    kv_last_page_len: i32[S]; the other arguments as `ragged_paged_attention_kernel`. All three are
+    scalar-prefetched: the kernel reads page j of sequence s as kv_indices[kv_indptr[s] + j] and
+    kv_len_s = (n_s - 1) * page_size + kv_last_page_len[s] (n_s = kv_indptr[s+1] - kv_indptr[s] >= 1;
+    0 for an empty sequence, whose last-page length is 0 by MD-4). Per-token scores are not part of
+    MD-23. Returns out f32[T_pad, Hq, Dp].
+    """
+    if cfg.return_scores:
+        raise ValueError("return_scores is not part of attention over a CSR page table (MD-23)")
+    return _attention_call(q, kv_pages, (kv_indptr, kv_indices, kv_last_page_len), cu_q_lens, meta, fparams,
+                           csr=True, num_seqs_pad=kv_last_page_len.shape[0], pages_per_seq=0, cfg=cfg,
+                           interpret=interpret)
+
+
+def _attention_call(q, kv_pages, page_meta, cu_q_lens, meta, fparams, *, csr: bool, num_seqs_pad: int,
+                    pages_per_seq: int, cfg: AttentionConfig, interpret):
+    """One pallas_call for both page-table forms: `page_meta` (kv_lens, page_table) or (kv_indptr,
+    kv_indices, kv_last_page_len), scalar-prefetched ahead of cu_q_lens and meta; `csr` (static) selects
+    how the kernel reads page ids and kv_len from them."""
     T, Hq, Dp = q.shape
     P, page_size, two_hkv, _ = kv_pages.shape
     hkv = two_hkv // 2
     check_tpu_shapes(q.shape, kv_pages.shape, kv_pages.dtype, cfg)
-    S = kv_lens.shape[0]
+    S = num_seqs_pad
     hb = cfg.kv_heads_per_block
     group = Hq // hkv
     bq = cfg.block_q
     grid = (hkv // hb, T // bq)
 
-    kernel = functools.partial(_kernel, cfg=cfg, page_size=page_size, pages_per_seq=pages_per_seq, hkv_total=hkv,
-                               group=group, kv_dtype=kv_pages.dtype)
+    kernel = functools.partial(_kernel, cfg=cfg, csr=csr, page_size=page_size, pages_per_seq=pages_per_seq,
+                               hkv_total=hkv, group=group, kv_dtype=kv_pages.dtype)
     in_specs = [
         pl.BlockSpec(memory_space=pltpu.SMEM),                                   # fparams
         pl.BlockSpec((bq, hb * group, Dp), lambda h, b, *_: (b, h, 0)),         # q
@@ -112,16 +141,41 @@ def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, m
         pltpu.VMEM((hb, rows, 1), jnp.float32),                   # l
         pltpu.VMEM((hb, rows, Dp), jnp.float32),                  # acc
     ]
-    grid_spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=4, grid=grid, in_specs=in_specs,
+    grid_spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=len(page_meta) + 2, grid=grid, in_specs=in_specs,
                                              out_specs=out_specs, scratch_shapes=scratch)
     call = pl.pallas_call(
         kernel, grid_spec=grid_spec, out_shape=out_shape, interpret=interpret,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary")))
-    return call(kv_lens, page_table, cu_q_lens, meta, fparams, q, kv_pages)
+    return call(*page_meta, cu_q_lens, meta, fparams, q, kv_pages)
 
 
-def _kernel(kv_lens_ref, table_ref, cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, o_ref, *rest,
-            cfg: AttentionConfig, page_size, pages_per_seq, group, kv_dtype, hkv_total):
+def _page_reader(csr: bool, page_refs, page_size: int, pages_per_seq: int):
+    """(physical page of logical page j of sequence i, kv_len of sequence i), read from SMEM: a block
+    table row, or the CSR arrays (MD-2, MD-3; max(n - 1, 0) covers the empty sequence, whose last-page
+    length is 0, MD-4)."""
+    if csr:
+        indptr_ref, indices_ref, last_ref = page_refs
+
+        def page_id(i, j):
+            return indices_ref[indptr_ref[i] + j]
+
+        def kv_len(i):
+            return jnp.maximum(indptr_ref[i + 1] - indptr_ref[i] - 1, 0) * page_size + last_ref[i]
+    else:
+        kv_lens_ref, table_ref = page_refs
+
+        def page_id(i, j):
+            return table_ref[i * pages_per_seq + j]
+
+        def kv_len(i):
+            return kv_lens_ref[i]
+    return page_id, kv_len
+
+
+def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, group, kv_dtype, hkv_total):
+    n_page_meta = 3 if csr else 2
+    page_id, seq_kv_len = _page_reader(csr, refs[:n_page_meta], page_size, pages_per_seq)
+    cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, o_ref, *rest = refs[n_page_meta:]
     if cfg.return_scores:
         scores_ref, buf, sem, m_ref, l_ref, acc_ref = rest
     else:
@@ -158,13 +212,13 @@ def _kernel(kv_lens_ref, table_ref, cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, o_r
         acc_ref[h] = jnp.zeros(acc_ref.shape[1:], jnp.float32)
 
     def page_copy(i, page, slot):
-        phys = table_ref[i * pages_per_seq + page]
+        phys = page_id(i, page)
         src = kv_hbm.at[phys, :, pl.ds(head_block * 2 * hb, 2 * hb), :]
         return pltpu.make_async_copy(src, buf.at[slot], sem.at[slot])
 
     def seq_geometry(i):
         q_start, q_end = cu_ref[i], cu_ref[i + 1]
-        kv_len = kv_lens_ref[i]
+        kv_len = seq_kv_len(i)
         first_pos = kv_len - (q_end - q_start)
         lo_row = jnp.maximum(q_start, row0)
         hi_row = jnp.minimum(q_end, row0 + bq)

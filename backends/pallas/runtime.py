@@ -95,6 +95,12 @@ def _jitted(name: str):
     if name == "mla":
         from .mla import mla_decode_kernel
         return jax.jit(mla_decode_kernel, static_argnames=("pages_per_seq", "interpret"))
+    if name == "attention_csr":
+        from .paged_attention import ragged_paged_attention_csr_kernel
+        return jax.jit(ragged_paged_attention_csr_kernel, static_argnames=("cfg", "interpret"))
+    if name == "slot_mapping_from_arena":
+        from .metadata import slot_mapping_from_arena_kernel
+        return jax.jit(slot_mapping_from_arena_kernel, static_argnames=("num_slots", "interpret"))
     if name == "write_kv":
         from .kv_write import write_kv_kernel
         return jax.jit(write_kv_kernel, static_argnames=("quantized", "interpret", "block_tokens"))

@@ -19,6 +19,7 @@ from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import metadata as md
+from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import metadata as md_bad
 from kvconform.reference.metadata import ArenaLayout, BlockTable, CsrPageTable
 
@@ -370,7 +371,9 @@ def test_attention_csr_golden(kvc):
 @pytest.mark.parametrize("variant", md.csr_attention_variants(), ids=str)
 def test_attention_csr_differential(kvc, variant):
     claims = kvc.claims(features=variant.features)
-    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check)
+    # the block-table column's example shares (test_paged_attention.py): long and many-head calls cost more
+    budget = pa.LONG_BUDGET if variant.long else pa.MANY_HEADS_BUDGET if variant.name == "many_kv_heads" else 1.0
+    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check, budget=budget)
 
 
 @conformance_test(op="ragged_paged_attention_csr", layer="property", clauses=("MD-5", "MD-23"))

@@ -169,7 +169,8 @@ def test_claims_and_availability():
     caps = BACKEND.capabilities()
     assert set(caps) == {"ragged_paged_attention", "write_kv", "rotate_keys", "shift_keys", "causal_conv1d_update",
                          "selective_state_update", "ssd_chunked_scan", "rwkv6_wkv", "gated_delta_rule_update",
-                         "gated_delta_rule_chunked", "recurrent_store_step", "mla_paged_attention"}
+                         "gated_delta_rule_chunked", "recurrent_store_step", "ragged_paged_attention_csr",
+                         "slot_mapping_from_arena", "append_slot_mapping", "mla_paged_attention"}
     assert "int8" in caps["ragged_paged_attention"].kv_dtypes
     avail = BACKEND.availability()
     assert avail.ok and "Pallas TPU interpret mode" in avail.device
