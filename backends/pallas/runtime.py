@@ -15,9 +15,35 @@ call `kernel()` checks the process's mapping count and, past half the limit, dro
 from __future__ import annotations
 
 import functools
+import os
+import sys
 
 #: drop compiled kernels once the process holds this fraction of vm.max_map_count mappings
 MAP_BUDGET = 0.5
+#: CPU devices XLA simulates when jax is first imported by this backend: enough for the head-sharded
+#: attention (PA-49) to run over 2 and 4 devices without a TPU
+HOST_DEVICES = 4
+_HOST_FLAG = "--xla_force_host_platform_device_count"
+#: shard counts the head-sharded attention is claimed for, as far as the devices allow
+SHARD_COUNTS = (2, 4, 8)
+
+
+def request_host_devices(n: int = HOST_DEVICES) -> None:
+    """Ask XLA for `n` CPU devices, which only works before jax is imported (the flag is read when its CPU
+    client starts): done when the backend is made, in the worker process, before any kernel runs. A no-op
+    once jax is imported or when XLA_FLAGS already sets a count; TPU and GPU devices are not affected."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "jax" in sys.modules or _HOST_FLAG in flags:
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {_HOST_FLAG}={n}".strip()
+
+
+def shard_counts() -> tuple[int, ...]:
+    """The shard counts of SHARD_COUNTS this process has devices for (empty without jax or with one device)."""
+    if not jax_status()[0]:
+        return ()
+    import jax
+    return tuple(n for n in SHARD_COUNTS if n <= jax.device_count())
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,4 +151,4 @@ def _jitted(name: str):
     raise KeyError(name)
 
 
-__all__ = ["jax_status", "interpret_params", "interpret_context", "kernel", "release_if_needed", "mapping_count"]
+__all__ = ["request_host_devices", "shard_counts", "jax_status", "interpret_params", "interpret_context", "kernel", "release_if_needed", "mapping_count"]
