@@ -20,12 +20,17 @@ import sys
 
 #: drop compiled kernels once the process holds this fraction of vm.max_map_count mappings
 MAP_BUDGET = 0.5
-#: CPU devices XLA simulates when jax is first imported by this backend: enough for the head-sharded
-#: attention (PA-49) to run over 2 and 4 devices without a TPU
-HOST_DEVICES = 4
+#: CPU devices XLA simulates when jax is first imported by this backend, for the head-sharded attention
+#: (PA-49) without a TPU. Two, not more: interpret mode puts a global barrier (threading.Barrier over all
+#: devices, in io_callbacks) before each kernel, and on a 2-core machine with 4 devices a call with two
+#: or more KV heads per shard deadlocks there (measured with jax 0.10.2: three devices wait at the barrier
+#: while the fourth's buffer-allocation callback waits for a copy no free client thread can make).
+HOST_DEVICES = 2
 _HOST_FLAG = "--xla_force_host_platform_device_count"
-#: shard counts the head-sharded attention is claimed for, as far as the devices allow
+#: shard counts the head-sharded attention is claimed for, as far as the devices allow (in interpret mode
+#: at most INTERPRET_MAX_SHARDS, for the deadlock above, whatever count XLA_FLAGS set)
 SHARD_COUNTS = (2, 4, 8)
+INTERPRET_MAX_SHARDS = 2
 
 
 def request_host_devices(n: int = HOST_DEVICES) -> None:
@@ -43,7 +48,8 @@ def shard_counts() -> tuple[int, ...]:
     if not jax_status()[0]:
         return ()
     import jax
-    return tuple(n for n in SHARD_COUNTS if n <= jax.device_count())
+    devices = jax.device_count() if interpret_params() is None else min(jax.device_count(), INTERPRET_MAX_SHARDS)
+    return tuple(n for n in SHARD_COUNTS if n <= devices)
 
 
 @functools.lru_cache(maxsize=None)
