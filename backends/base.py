@@ -51,7 +51,7 @@ OPS: dict[str, str] = {
 #: (`claims_problems`), never a silently "unsupported" column.
 FEATURES: dict[str, tuple[str, ...]] = {
     "ragged_paged_attention": ("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
-                               "per_head_scales", "per_token_scales"),
+                               "per_head_scales", "per_token_scales", "head_sharding"),
     "write_kv": ("quantized_kv", "per_head_scales", "per_token_scales"),
     "rotate_keys": ("per_token_deltas", "per_block_deltas", "partial_rotary"),
     "shift_keys": ("per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas"),
@@ -68,8 +68,10 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "recurrent_store_step": (),     # one column: every command is drawn (spec/recurrent.md RS-21 .. RS-27)
     "mla_paged_attention": ("sliding_window", "soft_cap", "sinks"),     # spec/mla.md ML-6
 }
-# MD-23: attention over CSR metadata draws the block-table attention columns (per-token scores aside)
-FEATURES["ragged_paged_attention_csr"] = tuple(f for f in FEATURES["ragged_paged_attention"] if f != "return_scores")
+# MD-23: attention over CSR metadata draws the block-table attention columns (per-token scores and head
+# sharding aside)
+FEATURES["ragged_paged_attention_csr"] = tuple(f for f in FEATURES["ragged_paged_attention"]
+                                               if f not in ("return_scores", "head_sharding"))
 
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "ragged_paged_attention": ("combined", "flat"),    # the cache handed in that layout (PA-39)
@@ -80,7 +82,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 _KV_SHAPE = ("num_kv_heads", "head_dim", "page_size", "max_pages")
 LIMITS: dict[str, tuple[str, ...]] = {
     "ragged_paged_attention": ("split_kv_min_keys", "max_head_dim", "q_len", "num_q_heads", "group_size",
-                               "max_kv_len", "max_num_seqs", "dtype_pairs") + _KV_SHAPE,
+                               "max_kv_len", "max_num_seqs", "dtype_pairs", "num_shards") + _KV_SHAPE,
     "write_kv": _KV_SHAPE + ("dtype_pairs",),
     "ragged_paged_attention_csr": ("split_kv_min_keys", "max_head_dim", "q_len", "num_q_heads", "group_size",
                                    "max_kv_len", "max_num_seqs", "dtype_pairs") + _KV_SHAPE,
@@ -149,7 +151,8 @@ class OpClaims:
     limits:     constraint claims, registered per op in LIMITS and honoured by every draw
                 (conformance/strategies/constraints.py): e.g. {"q_len": {"values": [1]}} (decode-only),
                 {"num_kv_heads": {"values": [1, 2, 4]}}, {"head_dim": {"multiple_of": 128}},
-                {"max_num_seqs": 64}, {"dtype_pairs": [["bfloat16", "bfloat16"], ["bfloat16", "int8"]]}
+                {"max_num_seqs": 64}, {"dtype_pairs": [["bfloat16", "bfloat16"], ["bfloat16", "int8"]]},
+                {"num_shards": {"values": [2, 4]}} (devices the KV heads split over, with `head_sharding`)
     """
     dtypes: tuple[str, ...] = ()
     kv_dtypes: tuple[str, ...] = ()

@@ -54,6 +54,7 @@ class AttentionCall:
     sinks:        float64[Hq], finite or -inf, or None (PA-17)
     k_scale, v_scale: np.float32 > 0 for quantized pages, else None (PA-18)
     return_scores: bool (PA-21)
+    num_shards:   int >= 1 dividing Hkv (PA-49)
     """
     q: np.ndarray
     k_pages: np.ndarray
@@ -69,11 +70,13 @@ class AttentionCall:
     k_scale: np.float32 | np.ndarray | None   # scalar, per KV head [Hkv] or per token [P, page_size, Hkv]
     v_scale: np.float32 | np.ndarray | None
     return_scores: bool
+    num_shards: int = 1
 
 
 def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                            sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
-                           k_scale=None, v_scale=None, return_scores=False, kv_layout="separate"):
+                           k_scale=None, v_scale=None, return_scores=False, kv_layout="separate",
+                           num_shards=1):
     """Attention of a ragged batch of query rows over a paged KV cache (PA-1 .. PA-25).
 
     q:            [T, Hq, D] float (any float dtype; upcast exactly)
@@ -94,6 +97,9 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     kv_layout:    "separate" (the shapes above), "combined" (k_pages holds kv_pages [P, page_size, 2*Hkv, D],
                   v_pages is None) or "flat" (k_pages, v_pages [P, page_size, Hkv*D]): the same cache in
                   another layout gives the same result (PA-36 .. PA-39)
+    num_shards:   int n >= 1 dividing Hkv: run with the KV heads split over n devices, each with Hkv/n KV
+                  heads and their query heads; the result is the unsharded one (PA-49), so this reference
+                  only validates it
 
     Returns out: float64[T, Hq, D], or AttentionOutput(out, scores) when return_scores is True.
     Output rows t >= cu_q_lens[num_seqs] are unspecified (PA-25); this reference leaves them 0.
@@ -101,7 +107,7 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     call = validate_ragged_paged_attention(
         q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
         sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
-        return_scores=return_scores, kv_layout=kv_layout)
+        return_scores=return_scores, kv_layout=kv_layout, num_shards=num_shards)
     T, Hq, D = call.q.shape
     num_slots = call.page_indices.shape[1] * call.k_pages.shape[1]
     out = np.zeros((T, Hq, D), dtype=np.float64)
@@ -216,7 +222,7 @@ def _num_seqs(x, S: int) -> int:
 def validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                                     sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
                                     k_scale=None, v_scale=None, return_scores=False,
-                                    kv_layout="separate") -> AttentionCall:
+                                    kv_layout="separate", num_shards=1) -> AttentionCall:
     """Check every argument of `ragged_paged_attention` (PA-26 .. PA-30) and return them normalised.
 
     Takes the op's arguments (see `ragged_paged_attention` for their shapes). Raises ValueError, or
@@ -235,6 +241,9 @@ def validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, 
     require(Hkv >= 1, f"k_pages must have at least one KV head (Hkv >= 1), got shape {tuple(k_pages.shape)}")
     require(Dk == D, f"k_pages head dim must equal q head dim D={D}, got {Dk}")
     require(Hq % Hkv == 0, f"q heads Hq={Hq} must be a multiple of k_pages KV heads Hkv={Hkv} (Hq % Hkv == 0)")
+    shards = int_scalar("num_shards", num_shards, minimum=1)
+    require(Hkv % shards == 0, f"num_shards={shards} must divide the KV heads Hkv={Hkv} of k_pages (each shard "
+                               f"takes Hkv / num_shards whole KV heads, PA-49)")
 
     kv_lens = int_input("kv_lens", kv_lens, 1, "[S]")
     S = kv_lens.shape[0]
@@ -290,5 +299,5 @@ def validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, 
             check_token_scales("k_scale", k_scale, page_indices[i], lo, kv_len)
             check_token_scales("v_scale", v_scale, page_indices[i], lo, kv_len)
     return AttentionCall(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, n, float(sm), window, cap,
-                         sinks, k_scale, v_scale, bool(return_scores))
+                         sinks, k_scale, v_scale, bool(return_scores), shards)
 

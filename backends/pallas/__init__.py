@@ -1,12 +1,15 @@
 """Pallas (TPU) kernels for kvconform; on CPU they run in Pallas TPU interpret mode.
 
 `make_backend()` returns the adapter. jax is imported only when a kernel runs or availability is asked,
-never by importing this package.
+never by importing this package. Made before jax is imported (as in the suite's worker), it asks XLA for
+`runtime.HOST_DEVICES` CPU devices, so the head-sharded attention runs on CPU too.
 """
 from __future__ import annotations
 
 
 def make_backend():
+    from .runtime import request_host_devices
+    request_host_devices()     # before jax is imported: several CPU devices for head sharding (PA-49)
     from .backend import PallasBackend
     return PallasBackend()
 

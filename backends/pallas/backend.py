@@ -23,7 +23,7 @@ from ...reference.recurrent import ssd_scan as ref_ssd_scan
 from ..base import Availability, Backend, OpClaims, Unsupported
 from .bucketing import pow2
 from .tiling import kv_heads_per_block
-from .runtime import interpret_params, jax_status, kernel
+from .runtime import interpret_params, jax_status, kernel, release_if_needed, shard_counts
 
 FLOAT_ACTIVATIONS = ("float32", "bfloat16", "float16")
 FLOAT_KV = ("float32", "bfloat16", "float16")
@@ -43,13 +43,16 @@ class PallasBackend(Backend):
         return Availability(ok=ok, reason=reason, device=device)
 
     def capabilities(self) -> dict[str, OpClaims]:
+        # head sharding (PA-49) only where jax has the devices: on CPU the ones make_backend asked for
+        shards = shard_counts()
+        sharding = (("head_sharding",), {"num_shards": {"values": list(shards)}}) if shards else ((), {})
         return {
             "ragged_paged_attention": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 layouts=("combined",),
                 features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
-                          "per_head_scales"),
-                limits={"max_head_dim": MAX_HEAD_DIM}),
+                          "per_head_scales") + sharding[0],
+                limits={"max_head_dim": MAX_HEAD_DIM, **sharding[1]}),
             # MD-23: the block-table kernel reading the CSR arrays; no per-token scores in MD-23
             "ragged_paged_attention_csr": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
@@ -100,13 +103,19 @@ class PallasBackend(Backend):
     # ------------------------------------------------------------------------------------------------
     def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                                sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
-                               k_scale=None, v_scale=None, return_scores=False, kv_layout="separate"):
+                               k_scale=None, v_scale=None, return_scores=False, kv_layout="separate",
+                               num_shards=1):
         """Same contract as reference.ragged_paged_attention; out is float32. A combined cache
-        (kv_layout="combined", PA-36) is the kernel's own layout: its pages go to the kernel as given."""
+        (kv_layout="combined", PA-36) is the kernel's own layout: its pages go to the kernel as given.
+        num_shards > 1 runs the kernel under shard_map with the heads split over that many devices
+        (PA-49, sharding.py)."""
         call = ref_attention.validate_ragged_paged_attention(
             q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale=sm_scale,
             sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
-            return_scores=return_scores, kv_layout=kv_layout)
+            return_scores=return_scores, kv_layout=kv_layout, num_shards=num_shards)
+        if call.num_shards > 1 and call.num_shards not in shard_counts():
+            raise Unsupported(f"num_shards={call.num_shards}: this process has devices for shard counts "
+                              f"{list(shard_counts())} only (CPU devices are set before jax is imported)")
         T, D = np.shape(q)[0], np.shape(q)[2]
         q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, kv_layout, return_scores,
                                                                 min_seqs=MIN_SEQS)
@@ -120,8 +129,14 @@ class PallasBackend(Backend):
         for i in range(n):  # unused entries may hold anything (PA-24): only the used pages travel
             used = -(-int(call.kv_lens[i]) // page_size)
             table[i, :used] = call.page_indices[i, :used]
-        result = kernel("attention")(q_k, kv_k, lens, table.reshape(-1), cu, meta, fparams,
-                                     pages_per_seq=pps_pad, cfg=cfg, interpret=interpret_params())
+        args = (q_k, kv_k, lens, table.reshape(-1), cu, meta, fparams)
+        if call.num_shards > 1:
+            from .sharding import sharded_attention
+            release_if_needed()
+            result = sharded_attention(*args, num_shards=call.num_shards, pages_per_seq=pps_pad, cfg=cfg,
+                                       interpret=interpret_params())
+        else:
+            result = kernel("attention")(*args, pages_per_seq=pps_pad, cfg=cfg, interpret=interpret_params())
         out = np.asarray(result[0])[:T, :, :D]
         if not return_scores:
             return out

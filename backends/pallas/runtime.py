@@ -15,9 +15,41 @@ call `kernel()` checks the process's mapping count and, past half the limit, dro
 from __future__ import annotations
 
 import functools
+import os
+import sys
 
 #: drop compiled kernels once the process holds this fraction of vm.max_map_count mappings
 MAP_BUDGET = 0.5
+#: CPU devices XLA simulates when jax is first imported by this backend, for the head-sharded attention
+#: (PA-49) without a TPU. Two, not more: interpret mode puts a global barrier (threading.Barrier over all
+#: devices, in io_callbacks) before each kernel, and on a 2-core machine with 4 devices a call with two
+#: or more KV heads per shard deadlocks there (measured with jax 0.10.2: three devices wait at the barrier
+#: while the fourth's buffer-allocation callback waits for a copy no free client thread can make).
+HOST_DEVICES = 2
+_HOST_FLAG = "--xla_force_host_platform_device_count"
+#: shard counts the head-sharded attention is claimed for, as far as the devices allow (in interpret mode
+#: at most INTERPRET_MAX_SHARDS, for the deadlock above, whatever count XLA_FLAGS set)
+SHARD_COUNTS = (2, 4, 8)
+INTERPRET_MAX_SHARDS = 2
+
+
+def request_host_devices(n: int = HOST_DEVICES) -> None:
+    """Ask XLA for `n` CPU devices, which only works before jax is imported (the flag is read when its CPU
+    client starts): done when the backend is made, in the worker process, before any kernel runs. A no-op
+    once jax is imported or when XLA_FLAGS already sets a count; TPU and GPU devices are not affected."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "jax" in sys.modules or _HOST_FLAG in flags:
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} {_HOST_FLAG}={n}".strip()
+
+
+def shard_counts() -> tuple[int, ...]:
+    """The shard counts of SHARD_COUNTS this process has devices for (empty without jax or with one device)."""
+    if not jax_status()[0]:
+        return ()
+    import jax
+    devices = jax.device_count() if interpret_params() is None else min(jax.device_count(), INTERPRET_MAX_SHARDS)
+    return tuple(n for n in SHARD_COUNTS if n <= devices)
 
 
 @functools.lru_cache(maxsize=None)
@@ -134,4 +166,4 @@ def _jitted(name: str):
     raise KeyError(name)
 
 
-__all__ = ["jax_status", "interpret_params", "interpret_context", "kernel", "release_if_needed", "mapping_count"]
+__all__ = ["request_host_devices", "shard_counts", "jax_status", "interpret_params", "interpret_context", "kernel", "release_if_needed", "mapping_count"]

@@ -301,3 +301,13 @@ class WriteKvE5m2OverflowToInf(Mutant):
             flat[slots] = np.where(over, np.sign(q) * np.inf, flat[slots].astype(np.float32)).astype(pool.dtype)
             pools.append(pool)
         return type(result)(*pools)
+
+
+@mutant(op="ragged_paged_attention", clause="PA-49", only_caught_by="head_sharding",
+        diagnosis="unsharded (num_shards=1)",
+        description="head sharding hands each shard the query heads of the next shard (off by one block)")
+class ShardsWrongQueryHeads(Mutant):
+    def ragged_paged_attention(self, q, k_pages, v_pages, *args, num_shards=1, **kw):
+        # shard s pairs its KV heads with query heads of shard s+1: the query block index is off by one
+        q = np.roll(q, -(q.shape[1] // num_shards), axis=1) if num_shards > 1 else q
+        return reference.ragged_paged_attention(q, k_pages, v_pages, *args, num_shards=num_shards, **kw)

@@ -18,6 +18,7 @@ Names (per op where they make sense; LIMITS lists which op reads which):
     head_dim        D (with `head_dims` as the plain set);  page_size: likewise with `page_sizes`
     max_kv_len      keys of one sequence;  max_num_seqs: sequences of a call;  max_pages: pool size
     dtype_pairs     [[activation dtype, KV/pool dtype], ...]: the pairs a kernel takes together
+    num_shards      devices the KV heads are split over with `head_sharding` (PA-49)
 """
 from __future__ import annotations
 

@@ -70,6 +70,8 @@ ATTENTION_VARIANTS = (
     Variant("many_kv_heads", (), ("PA-12", "PA-47")),
     Variant("combined_layout", (), ("PA-36", "PA-39"), layout="combined"),
     Variant("flat_layout", (), ("PA-37", "PA-39"), layout="flat"),
+    # KV heads split over devices, each shard with its query heads (PA-49); Hkv in {n, 2n}
+    Variant("head_sharding", ("head_sharding",), ("PA-12", "PA-49")),
 )
 WRITE_VARIANTS = (
     Variant("base", (), ("PA-41", "PA-43", "PA-45")),
@@ -123,12 +125,22 @@ GROUP_SIZES = (1, 2, 3, 4, 6, 8)
 #: KV head counts of the many_kv_heads column: blocks of 8 * packing combined rows split them (PA-47)
 MANY_KV_HEADS = (8, 16, 32)
 MANY_HEADS_BUDGET = 0.3
+#: shard counts of the head_sharding column when the backend states no `num_shards` limit
+DEFAULT_SHARDS = (2, 4)
+#: features whose inputs are split with the heads (sinks per query head, scales per KV head) or summed
+#: over shards (scores): the head_sharding column turns each on at random where claimed (PA-49)
+SHARDED_FEATURES = ("sinks", "return_scores", "per_head_scales")
 
 
-def _head_counts(claims: OpClaims, variant: Variant) -> tuple[tuple[int, int], ...]:
+def _head_counts(claims: OpClaims, variant: Variant, shards: int = 1) -> tuple[tuple[int, int], ...]:
     """(Hkv, group) pairs within the head-count claims: Hkv 1..3 (Hkv = 1: one KV head for all), groups
-    of GROUP_SIZES where `gqa` is claimed (else 1), Hq = Hkv * group within num_q_heads."""
-    if variant.name == "many_kv_heads":
+    of GROUP_SIZES where `gqa` is claimed (else 1), Hq = Hkv * group within num_q_heads. Split over
+    `shards` > 1 devices (PA-49): Hkv in {shards, 2 * shards}, one or two KV heads per shard."""
+    if shards > 1:
+        hkvs = constraints.allowed(claims, "num_kv_heads", (shards, 2 * shards), "KV head count")
+        hkvs = tuple(h for h in hkvs if h % shards == 0)
+        groups = GROUP_SIZES
+    elif variant.name == "many_kv_heads":
         hkvs = constraints.allowed(claims, "num_kv_heads", MANY_KV_HEADS, "KV head count")
         groups = (1, 2, 3)
     else:
@@ -152,6 +164,10 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     sequences >= num_seqs). A layout column hands the same (clean) cache in that layout (PA-39)."""
     if variant.layout and variant.layout not in (claims.layouts or ()):
         pytest.skip(f"unsupported: layout {variant.layout!r} is not claimed (layouts: {list(claims.layouts)})")
+    shards = 1
+    if "head_sharding" in variant.features:
+        shards = pick(draw, constraints.allowed(claims, "num_shards", DEFAULT_SHARDS, "shard count"), "shard count")
+        variant = _with_sharded_features(draw, claims, variant)
     kv_pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
     if variant.name == "many_kv_heads" and "quantized_kv" in claims.features:
         kv_pool = FLOAT_KV_DTYPES + QUANT_KV_DTYPES     # head blocks of 8-bit caches tile 32 rows (PA-47)
@@ -168,11 +184,11 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     page_size = pick(draw, constraints.allowed(claims, "page_size", sizes), "page size")
     head_dim = pick(draw, constraints.allowed(claims, "head_dim", [d for d in head_dims if top is None or d <= top]),
                     "head dim")
-    hkv, group = pick(draw, _head_counts(claims, variant), "(Hkv, group)")
+    hkv, group = pick(draw, _head_counts(claims, variant, shards), "(Hkv, group)")
     hq = hkv * group
 
     # Ragged batch (PA-4, PA-5): empty, decode (q_len 1) and prefill (no context) sequences all occur.
-    if variant.name == "many_kv_heads":
+    if variant.name in ("many_kv_heads", "head_sharding"):
         max_seqs, max_q_len, max_context = 2, 2, 5    # many heads already make each call costly
     num_seqs = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if variant.long else max_seqs)))
     spare_rows = draw(st.integers(0, 1))       # kv_lens / page_indices rows past num_seqs
@@ -227,6 +243,8 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     sink_mode = draw(st.sampled_from(("finite", "one_minus_inf"))) if "sinks" in variant.features else None
     if "return_scores" in variant.features:
         kwargs["return_scores"] = True
+    if shards > 1:
+        kwargs["num_shards"] = shards
 
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
@@ -246,9 +264,22 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
                   cu_q_lens=cu, num_seqs=num_seqs, **kwargs)
     params = dict(dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hq=hq, hkv=hkv,
                   num_seqs=num_seqs, q_lens=q_lens, kv_lens=kv_lens, variant=variant.name)
+    if shards > 1:
+        params["num_shards"] = shards
     case = Case("ragged_paged_attention", inputs, params, seed,
                 poison=attention_poison_regions(inputs, used, physical[sum(used):]))
     return in_layout(case, variant.layout) if variant.layout else case
+
+
+def _with_sharded_features(draw, claims: OpClaims, variant: Variant) -> Variant:
+    """`variant` with each claimed feature of SHARDED_FEATURES turned on or off by a draw (per-head
+    scales bring quantized KV with them): what the shards split or sum must be split and summed right."""
+    extra = []
+    for name in SHARDED_FEATURES:
+        needs = ("quantized_kv", name) if name == "per_head_scales" else (name,)
+        if all(f in claims.features for f in needs) and draw(st.booleans()):
+            extra += [f for f in needs if f not in extra]
+    return dataclasses.replace(variant, features=variant.features + tuple(extra))
 
 
 def in_layout(case: Case, kv_layout: str) -> Case:
@@ -519,6 +550,7 @@ def _attention_diagnosis(case: Case) -> list:
              without(case, "soft_cap off", soft_cap=None),
              without(case, "sinks off", sinks=None),
              without(case, "scores off", return_scores=None),
+             without(case, "unsharded (num_shards=1)", num_shards=None),
              widened(case, ("q",), "q widened to float32"),
              widened(case, ("k_pages", "v_pages"), "K/V widened to float32"),
              narrowed(case, ("q",), "q values rounded to bfloat16 (dtype kept)"),

@@ -1,5 +1,5 @@
-"""Malformed inputs for spec/paged_attention.md: the preconditions PA-26 .. PA-29 of
-`ragged_paged_attention` and PA-42, PA-44, PA-46 of `write_kv`.
+"""Malformed inputs for spec/paged_attention.md: the preconditions PA-26 .. PA-29, PA-39, PA-48 and PA-49
+of `ragged_paged_attention` and PA-42, PA-44, PA-46 of `write_kv`.
 
 Each rule breaks one precondition of a valid case drawn by `strategies.paged_attention`. Breaking one rule
 sometimes needs a companion edit so that no second rule breaks too (a token moved to an out-of-range slot
@@ -199,6 +199,11 @@ def _option(name: str, values):
     return corrupt
 
 
+def _shards_not_dividing(draw, x, claims):
+    # Hkv + 1 never divides Hkv; 0 and -2 break n >= 1
+    return {"num_shards": draw(st.sampled_from((x["k_pages"].shape[2] + 1, 0, -2)))}
+
+
 def _sinks_shape(draw, x, claims):
     s = x["sinks"]
     return {"sinks": np.concatenate([s, s[:1]]) if draw(st.booleans()) else s[:-1]}
@@ -329,6 +334,8 @@ ATTENTION_RULES = (
          variant=_ATT["combined_layout"]),
     rule("flat_hidden_not_divisible", ("PA-39", "PA-37"), "k_pages",
          "a flat cache's hidden size is a multiple of D", _flat_hidden_not_divisible, variant=_ATT["flat_layout"]),
+    rule("num_shards_invalid", ("PA-49",), "num_shards", "num_shards must be an integer >= 1 dividing Hkv",
+         _shards_not_dividing, variant=_ATT["head_sharding"]),
 )
 
 
