@@ -20,7 +20,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvconform import reference
-from kvconform.backends.base import OpClaims
+from kvconform.backends.base import FEATURES, OpClaims
 
 from .. import tolerance
 from ..case import Case, PoisonRegion
@@ -231,8 +231,11 @@ def page_table_step_cases(draw, claims: OpClaims, *, min_history: int = 0):
 
 #: the attention columns the CSR form draws (per-token scores are not part of MD-23)
 def csr_attention_variants():
+    """The block-table attention columns whose features MD-23 has (no per-token scores, no head sharding)
+    and that hand the cache in the canonical layout."""
     from . import paged_attention as pa
-    return tuple(v for v in pa.ATTENTION_VARIANTS if "return_scores" not in v.features and not v.layout)
+    allowed = set(FEATURES["ragged_paged_attention_csr"])
+    return tuple(v for v in pa.ATTENTION_VARIANTS if set(v.features) <= allowed and not v.layout)
 
 
 def block_table_inputs(x: dict) -> dict:
