@@ -24,7 +24,8 @@ from .validation import check_shape, float_input, int_input, int_scalar, positiv
 
 __all__ = ["AttentionCall", "AttentionOutput", "ragged_paged_attention", "validate_ragged_paged_attention"]
 
-_BLOCK_ELEMENTS = 1 << 21  # float64 logits per block: 16 MiB
+_BLOCK_ELEMENTS = 1 << 22  # float64 logits per block: 32 MiB (at 32k keys, blocks of 32 rows x 4 heads)
+_BLAS_MIN_ROWS = 64  # products with fewer rows than this use einsum, not BLAS (see _attend_group)
 
 
 class AttentionOutput(NamedTuple):
@@ -124,9 +125,6 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
 
     # Keys before the first row's window are visible to no row of this call (PA-15): not gathered.
     lo = 0 if call.sliding_window is None else max(0, first_pos - call.sliding_window + 1)
-    keys = _gather(call.k_pages, call.page_indices[i], lo, kv_len, call.k_scale)  # [L, Hkv, D]
-    values = _gather(call.v_pages, call.page_indices[i], lo, kv_len, call.v_scale)
-
     positions = first_pos + np.arange(q_len)
     key_pos = np.arange(lo, kv_len)
     visible = key_pos[None, :] <= positions[:, None]  # PA-7: bottom-right causal
@@ -136,14 +134,19 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
     # Row blocks bound the logits to ~_BLOCK_ELEMENTS floats, so a long prefill needs little memory.
     # Rows are independent (PA-13): blocking changes no value.
     block = max(1, _BLOCK_ELEMENTS // (group * (kv_len - lo)))
+    table_row = call.page_indices[i]
     for kv_head in range(Hkv):
         # PA-12: query heads kv_head * group .. + group - 1 read this KV head; no KV head is repeated.
+        # One KV head is gathered at a time: float64 keys of all heads of a 32k-token sequence would
+        # take 256 MiB, and a contiguous [L, D] operand is what the matrix products read fastest.
+        keys = _gather(call.k_pages, table_row, lo, kv_len, call.k_scale, kv_head)  # [L, D]
+        values = _gather(call.v_pages, table_row, lo, kv_len, call.v_scale, kv_head)
         heads = slice(kv_head * group, (kv_head + 1) * group)
         sinks = None if call.sinks is None else call.sinks[heads]
         for t0 in range(0, q_len, block):
             t1 = min(q_len, t0 + block)
             out[row0 + t0:row0 + t1, heads], probs = _attend_group(
-                call.q[row0 + t0:row0 + t1, heads], keys[:, kv_head], values[:, kv_head], visible[t0:t1],
+                call.q[row0 + t0:row0 + t1, heads], keys, values, visible[t0:t1],
                 sinks, call, scores is not None)
             if scores is not None:  # PA-21: mass per token, summed over heads and this call's rows
                 scores[i, lo:kv_len] += probs.sum(axis=(0, 1))
@@ -156,9 +159,15 @@ def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, wa
     sinks: float64[G] or None. Returns (out float64[q_len, G, D], probs float64[q_len, G, L] or None).
     """
     q_len, group, D = q_group.shape
+    # Products with few rows (decode) are memory-bound, and a multi-threaded BLAS call costs a thread
+    # hand-off that, on a busy machine, can exceed the work itself (measured: 8 such calls took 0.1 s
+    # with 2 BLAS threads, against 2 ms single-threaded); einsum's own single-threaded loop computes
+    # the same float64 sums. Larger products go to BLAS.
+    small = q_len * group < _BLAS_MIN_ROWS
     # PA-14: scaling q (q_len * group * D products) instead of the logits saves a pass over them.
     scaled_q = q_group.reshape(q_len * group, D) * call.sm_scale
-    logits = (scaled_q @ keys.T).reshape(q_len, group, -1)
+    logits = np.einsum("rd,ld->rl", scaled_q, keys) if small else scaled_q @ keys.T
+    logits = logits.reshape(q_len, group, -1)
     if call.soft_cap is not None:  # PA-16: tanh saturates, so huge logits stay finite
         logits /= call.soft_cap
         np.tanh(logits, out=logits)
@@ -180,7 +189,9 @@ def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, wa
     if sinks is not None:
         denom += np.exp(sinks[None, :, None] - row_max)
 
-    out = (logits.reshape(q_len * group, -1) @ values).reshape(q_len, group, D)
+    weights = logits.reshape(q_len * group, -1)
+    out = np.einsum("rl,ld->rd", weights, values) if small else weights @ values
+    out = out.reshape(q_len, group, D)
     out /= denom
     if not want_probs:
         return out, None
@@ -188,19 +199,19 @@ def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, wa
     return out, logits
 
 
-def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale) -> np.ndarray:
-    """Dequantized tokens lo .. hi-1 of one sequence as float64[hi - lo, Hkv, D] (PA-10, PA-19).
+def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale, head: int) -> np.ndarray:
+    """Dequantized tokens lo .. hi-1 of one sequence and one KV head as float64[hi - lo, D] (PA-10, PA-19).
 
-    Only the pages holding those tokens are read, and only the slots lo .. hi-1 are upcast.
+    Only the pages holding those tokens are read, and only this head's slots lo .. hi-1 are upcast.
     """
-    page_size = pages.shape[1]
+    page_size, D = pages.shape[1], pages.shape[3]
     first_page, last_page = lo // page_size, -(-hi // page_size)
-    tokens = pages[table_row[first_page:last_page]]  # [n, page_size, Hkv, D] in the storage dtype
-    tokens = tokens.reshape(-1, *pages.shape[2:])
+    tokens = pages[table_row[first_page:last_page], :, head]  # [n, page_size, D] in the storage dtype
     start = lo - first_page * page_size
-    if isinstance(scale, np.ndarray):   # per-head or per-token scales (PA-48)
-        return dtypes.upcast(tokens[start:start + (hi - lo)]) * scales_of(scale, table_row, lo, hi, pages.shape[2])
-    return dtypes.upcast(tokens[start:start + (hi - lo)], scale)
+    tokens = tokens.reshape(-1, D)[start:start + (hi - lo)]
+    if isinstance(scale, np.ndarray) and scale.ndim:   # per-head or per-token scales (PA-48)
+        return dtypes.upcast(tokens) * scales_of(scale, table_row, lo, hi, pages.shape[2])[:, head]
+    return dtypes.upcast(tokens, scale)
 
 
 # --------------------------------------------------------------------------------------------------
