@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes
+from .head_workers import head_map
 from .kv_layouts import canonical_kv
 from .page_pools import check_token_scales, kv_pools, kv_scale, scales_of
 from .validation import check_shape, float_input, int_input, int_scalar, positive_float, require
@@ -107,13 +108,16 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     num_slots = call.page_indices.shape[1] * call.k_pages.shape[1]
     out = np.zeros((T, Hq, D), dtype=np.float64)
     scores = np.zeros((call.kv_lens.shape[0], num_slots), dtype=np.float64) if return_scores else None
-    for i in range(call.num_seqs):
-        _attend_sequence(call, i, out, scores)
+    q_lens = np.diff(call.cu_q_lens[:call.num_seqs + 1])
+    num_logits = int(np.dot(q_lens, call.kv_lens[:call.num_seqs])) * Hq
+    with head_map(num_logits, call.k_pages.shape[2]) as map_heads:
+        for i in range(call.num_seqs):
+            _attend_sequence(call, i, out, scores, map_heads)
     return AttentionOutput(out, scores) if return_scores else out
 
 
-def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None) -> None:
-    """Fill the output rows (and the score row) of sequence i in place."""
+def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None, map_heads) -> None:
+    """Fill the output rows (and the score row) of sequence i in place; map_heads runs the KV heads."""
     row0, row1 = int(call.cu_q_lens[i]), int(call.cu_q_lens[i + 1])
     q_len, kv_len = row1 - row0, int(call.kv_lens[i])
     if q_len == 0:  # PA-8: no rows, no output, no score mass
@@ -135,7 +139,9 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
     # Rows are independent (PA-13): blocking changes no value.
     block = max(1, _BLOCK_ELEMENTS // (group * (kv_len - lo)))
     table_row = call.page_indices[i]
-    for kv_head in range(Hkv):
+
+    def attend_kv_head(kv_head: int) -> list[np.ndarray]:
+        """Fill the rows of the query heads reading kv_head; return their score mass per row block."""
         # PA-12: query heads kv_head * group .. + group - 1 read this KV head; no KV head is repeated.
         # One KV head is gathered at a time: float64 keys of all heads of a 32k-token sequence would
         # take 256 MiB, and a contiguous [L, D] operand is what the matrix products read fastest.
@@ -143,13 +149,19 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
         values = _gather(call.v_pages, table_row, lo, kv_len, call.v_scale, kv_head)
         heads = slice(kv_head * group, (kv_head + 1) * group)
         sinks = None if call.sinks is None else call.sinks[heads]
+        masses = []
         for t0 in range(0, q_len, block):
             t1 = min(q_len, t0 + block)
             out[row0 + t0:row0 + t1, heads], probs = _attend_group(
                 call.q[row0 + t0:row0 + t1, heads], keys, values, visible[t0:t1],
                 sinks, call, scores is not None)
-            if scores is not None:  # PA-21: mass per token, summed over heads and this call's rows
-                scores[i, lo:kv_len] += probs.sum(axis=(0, 1))
+            if scores is not None:
+                masses.append(probs.sum(axis=(0, 1)))
+        return masses
+
+    for masses in map_heads(attend_kv_head, range(Hkv)):
+        for mass in masses:  # PA-21: mass per token, summed over heads and this call's rows (in head order)
+            scores[i, lo:kv_len] += mass
 
 
 def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, want_probs: bool):
