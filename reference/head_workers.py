@@ -1,13 +1,14 @@
-"""Spread the KV heads of a large attention call over the CPUs (speed only: no value changes).
+"""Spread the KV heads of an attention call over the CPUs, one BLAS thread each (speed only: no value
+changes).
 
-The heads sharing one KV head are computed independently of the other KV heads (PA-12), so they can run
-in parallel threads (NumPy releases the GIL in its loops and in BLAS). Why threads over heads rather than
-BLAS's own threads: the reference's products are mid-sized ([512, 128] x [128, 2048] on the standard
-shape of benchmarks/reference_attention.py), and a multi-threaded BLAS hands work between its threads
-inside every one of them; on a busy 2-core machine each hand-off can wait for a scheduler slice, and the
-idle BLAS thread spins while NumPy's single-threaded exp runs. Measured there, one BLAS thread per head
-and two heads at a time did the standard shape's prefill in ~60% of the time of two BLAS threads per
-product. Calls below `_MIN_LOGITS` (the conformance suite's) run inline with BLAS untouched.
+The query heads sharing one KV head are computed independently of the other KV heads (PA-12), so KV heads
+can run in parallel threads (NumPy releases the GIL in its loops and in BLAS). Why threads over heads
+rather than BLAS's own threads: the reference's products are small or mid-sized ([4, 128] x [128, L] for
+a decode row, [512, 128] x [128, 2048] for a 128-row prefill chunk), and a multi-threaded BLAS hands work
+between its threads inside every one of them; on a busy 2-core machine each hand-off can wait for a
+scheduler slice, and the idle BLAS thread spins while NumPy's single-threaded exp runs. Measured there
+(issue 16): 8 decode-sized products took 0.1-0.35 s with 2 BLAS threads against 2-3 ms with one, and the
+standard shape's prefill took ~60% of the time with two heads at a time on one BLAS thread each.
 """
 from __future__ import annotations
 
@@ -19,23 +20,25 @@ from contextlib import contextmanager
 
 __all__ = ["head_map"]
 
-_MIN_LOGITS = 1 << 22  # logits in a call (rows x query heads x keys) from which threads pay off
+# Logits in a call (rows x query heads x keys) from which a thread pool pays for its start (~1 ms).
+_MIN_LOGITS = 1 << 20
 
 
 @contextmanager
 def head_map(num_logits: int, num_heads: int) -> Iterator[Callable[[Callable, Iterable], Iterable]]:
-    """Yield a `map(fn, items)` whose results come back in the order of `items`.
+    """Yield a `map(fn, items)` whose results come back in the order of `items`, with BLAS held to one
+    thread while it lives (process-wide: threadpoolctl sets it on the loaded BLAS libraries, ~13 us).
 
     num_logits: rows x query heads x keys summed over the call's sequences; num_heads: Hkv.
-    Large calls get a thread pool of min(num_heads, usable CPUs) workers, and BLAS is held to one thread
-    per product while the pool lives (process-wide: threadpoolctl sets it on the loaded BLAS library).
+    Calls from `_MIN_LOGITS` on get a pool of min(num_heads, usable CPUs) threads; smaller ones run inline.
     """
     workers = min(num_heads, _usable_cpus())
-    if num_logits < _MIN_LOGITS or workers < 2:
-        yield map
-        return
-    with _blas_controller().limit(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
-        yield pool.map
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        if num_logits < _MIN_LOGITS or workers < 2:
+            yield map
+            return
+        with ThreadPoolExecutor(workers) as pool:
+            yield pool.map
 
 
 def _usable_cpus() -> int:

@@ -26,7 +26,6 @@ from .validation import check_shape, float_input, int_input, int_scalar, positiv
 __all__ = ["AttentionCall", "AttentionOutput", "ragged_paged_attention", "validate_ragged_paged_attention"]
 
 _BLOCK_ELEMENTS = 1 << 22  # float64 logits per block: 32 MiB (at 32k keys, blocks of 32 rows x 4 heads)
-_BLAS_MIN_ROWS = 64  # products with fewer rows than this use einsum, not BLAS (see _attend_group)
 
 
 class AttentionOutput(NamedTuple):
@@ -171,15 +170,9 @@ def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, wa
     sinks: float64[G] or None. Returns (out float64[q_len, G, D], probs float64[q_len, G, L] or None).
     """
     q_len, group, D = q_group.shape
-    # Products with few rows (decode) are memory-bound, and a multi-threaded BLAS call costs a thread
-    # hand-off that, on a busy machine, can exceed the work itself (measured: 8 such calls took 0.1 s
-    # with 2 BLAS threads, against 2 ms single-threaded); einsum's own single-threaded loop computes
-    # the same float64 sums. Larger products go to BLAS.
-    small = q_len * group < _BLAS_MIN_ROWS
     # PA-14: scaling q (q_len * group * D products) instead of the logits saves a pass over them.
     scaled_q = q_group.reshape(q_len * group, D) * call.sm_scale
-    logits = np.einsum("rd,ld->rl", scaled_q, keys) if small else scaled_q @ keys.T
-    logits = logits.reshape(q_len, group, -1)
+    logits = (scaled_q @ keys.T).reshape(q_len, group, -1)
     if call.soft_cap is not None:  # PA-16: tanh saturates, so huge logits stay finite
         logits /= call.soft_cap
         np.tanh(logits, out=logits)
@@ -201,9 +194,7 @@ def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, wa
     if sinks is not None:
         denom += np.exp(sinks[None, :, None] - row_max)
 
-    weights = logits.reshape(q_len * group, -1)
-    out = np.einsum("rl,ld->rd", weights, values) if small else weights @ values
-    out = out.reshape(q_len, group, D)
+    out = (logits.reshape(q_len * group, -1) @ values).reshape(q_len, group, D)
     out /= denom
     if not want_probs:
         return out, None
