@@ -2,8 +2,9 @@
 
 Two shapes, both with Hq 32, Hkv 8, D 128, page size 16:
   standard: 16 sequences at kv_len 2048 (12 decode rows and 4 prefill chunks of 128 rows), float32 q/k/v;
-  long:     8 sequences at kv_len 32768 (4 decode rows and 4 prefill chunks of 32 rows), float32 q and
-            bfloat16 k/v pages (1 GiB of cache; the reference upcasts any float dtype exactly, PA-20).
+  long:     8 sequences at kv_len 32768, the same mix (3 decode rows per 128-row prefill chunk: 6 and 2),
+            float32 q and bfloat16 k/v pages (1 GiB of cache; the reference upcasts any float dtype
+            exactly, PA-20).
 For each: the reference's time, its FLOP rate as a fraction of this machine's float64 matrix-multiply
 rate measured in the same run (benchmarks/matmul_ratio.py), and its peak extra memory. Goals: >= 40 % of
 the matmul rate, < 1 GiB.
@@ -28,7 +29,7 @@ from kvconform.reference import ragged_paged_attention
 HQ, HKV, D, PAGE_SIZE = 32, 8, 128, 16
 SHAPES = {  # name: (decode rows, prefill chunks, rows per chunk, kv_len, k/v page dtype)
     "standard": (12, 4, 128, 2048, np.float32),
-    "long": (4, 4, 32, 32768, ml_dtypes.bfloat16),
+    "long": (6, 2, 128, 32768, ml_dtypes.bfloat16),
 }
 
 
