@@ -3,6 +3,8 @@
 Used by benchmarks/reference_attention.py and benchmarks/reference_recurrent.py; not a test. The matmul
 and the op are timed alternately (best of each), so a transient load on the machine affects both alike;
 the peak extra memory of one call is measured with tracemalloc (NumPy reports its buffers to it).
+On a shared machine the fraction is noisy: an 80 ms matmul can catch a quiet moment that a 10 s call
+never sees (the best matmul then reads high and the fraction low), so run twice and quote both.
 """
 from __future__ import annotations
 

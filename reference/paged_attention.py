@@ -9,6 +9,9 @@ The computation gathers, per sequence, only the cache slots some query row of th
 row's window, unused page-table entries and padding rows of ``q`` are never read, so NaN or Inf there
 cannot reach the output (PA-24). Inside the gathered range, masked logits are replaced by -inf through
 selection, never by multiplying with 0 (0 * Inf = NaN).
+
+Speed (issue 16; benchmarks/reference_attention.py): keys and values are upcast one KV head at a time into
+contiguous float64 [L, D] arrays, and the KV heads of a large call run in parallel (head_workers.py).
 """
 from __future__ import annotations
 
@@ -107,6 +110,8 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     num_slots = call.page_indices.shape[1] * call.k_pages.shape[1]
     out = np.zeros((T, Hq, D), dtype=np.float64)
     scores = np.zeros((call.kv_lens.shape[0], num_slots), dtype=np.float64) if return_scores else None
+    # KV heads are independent (PA-12): a large call runs them on a thread pool with one BLAS thread
+    # each (head_workers.py, for speed only: every head computes the same values either way).
     q_lens = np.diff(call.cu_q_lens[:call.num_seqs + 1])
     num_logits = int(np.dot(q_lens, call.kv_lens[:call.num_seqs])) * Hq
     with head_map(num_logits, call.k_pages.shape[2]) as map_heads:
