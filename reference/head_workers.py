@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -33,12 +34,35 @@ def head_map(num_logits: int, num_heads: int) -> Iterator[Callable[[Callable, It
     Calls from `_MIN_LOGITS` on get a pool of min(num_heads, usable CPUs) threads; smaller ones run inline.
     """
     workers = min(num_heads, _usable_cpus())
-    with _blas_controller().limit(limits=1, user_api="blas"):
+    with _one_blas_thread():
         if num_logits < _MIN_LOGITS or workers < 2:
             yield map
             return
         with ThreadPoolExecutor(workers) as pool:
             yield pool.map
+
+
+_lock = threading.Lock()
+_holders = 0      # calls inside _one_blas_thread, from any thread
+_limiter = None   # threadpoolctl's record of the thread counts to restore
+
+
+@contextmanager
+def _one_blas_thread():
+    """Hold BLAS to one thread; the first of overlapping calls (from several threads) sets the limit and
+    the last restores the original counts, so concurrent callers cannot leave BLAS at one thread."""
+    global _holders, _limiter
+    with _lock:
+        if _holders == 0:
+            _limiter = _blas_controller().limit(limits=1, user_api="blas")
+        _holders += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _holders -= 1
+            if _holders == 0:
+                _limiter.restore_original_limits()
 
 
 def _usable_cpus() -> int:
