@@ -23,6 +23,9 @@ __all__ = ["head_map"]
 
 # Logits in a call (rows x query heads x keys) from which a thread pool pays for its start (~1 ms).
 _MIN_LOGITS = 1 << 20
+# Each worker holds one KV head's float64 keys, values and a logit block (~200 MiB at 32k keys, measured
+# 407 MiB peak with 2 workers); 4 workers keep a 32k-key call under 1 GiB of extra memory.
+_MAX_WORKERS = 4
 
 
 @contextmanager
@@ -31,9 +34,10 @@ def head_map(num_logits: int, num_heads: int) -> Iterator[Callable[[Callable, It
     thread while it lives (process-wide: threadpoolctl sets it on the loaded BLAS libraries, ~13 us).
 
     num_logits: rows x query heads x keys summed over the call's sequences; num_heads: Hkv.
-    Calls from `_MIN_LOGITS` on get a pool of min(num_heads, usable CPUs) threads; smaller ones run inline.
+    Calls from `_MIN_LOGITS` on get a pool of min(num_heads, usable CPUs, _MAX_WORKERS) threads; smaller
+    ones run inline.
     """
-    workers = min(num_heads, _usable_cpus())
+    workers = min(num_heads, _usable_cpus(), _MAX_WORKERS)
     with _one_blas_thread():
         if num_logits < _MIN_LOGITS or workers < 2:
             yield map
