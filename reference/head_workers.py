@@ -9,6 +9,9 @@ between its threads inside every one of them; on a busy 2-core machine each hand
 scheduler slice, and the idle BLAS thread spins while NumPy's single-threaded exp runs. Measured there
 (issue 16): 8 decode-sized products took 0.1-0.35 s with 2 BLAS threads against 2-3 ms with one, and the
 standard shape's prefill took ~60% of the time with two heads at a time on one BLAS thread each.
+
+threadpoolctl is optional (extra `fast`, part of `all`): without it every call runs inline on BLAS's own
+threads, so the oracle still needs nothing but NumPy and ml_dtypes, only slower on large calls.
 """
 from __future__ import annotations
 
@@ -38,6 +41,9 @@ def head_map(num_logits: int, num_heads: int) -> Iterator[Callable[[Callable, It
     ones run inline.
     """
     workers = min(num_heads, _usable_cpus(), _MAX_WORKERS)
+    if _blas_controller() is None:      # no threadpoolctl: threads would fight BLAS's own threads
+        yield map
+        return
     with _one_blas_thread():
         if num_logits < _MIN_LOGITS or workers < 2:
             yield map
@@ -75,5 +81,10 @@ def _usable_cpus() -> int:
 
 @functools.cache
 def _blas_controller():
-    from threadpoolctl import ThreadpoolController  # scans the loaded libraries once, after NumPy's BLAS
+    """threadpoolctl's controller of the loaded BLAS libraries (scanned once, after NumPy's BLAS is
+    loaded), or None where threadpoolctl is not installed."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
     return ThreadpoolController()
