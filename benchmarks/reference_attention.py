@@ -1,50 +1,64 @@
-"""Speed and memory of the NumPy reference `ragged_paged_attention` (not a test; issue 2).
+"""Speed and memory of the NumPy reference `ragged_paged_attention` (not a test; issues 2 and 16).
 
-Standard shape: 16 sequences, all at kv_len 2048 — 12 decode rows and 4 prefill chunks of 128 rows —
-with Hq 32, Hkv 8, D 128, page size 16 and float32 inputs. Reports the reference's time, its FLOP rate
-as a fraction of this machine's float64 matrix-multiply rate measured in the same run, and its peak extra
-memory (tracemalloc: NumPy reports its buffers to it). Goals: >= 40 % of the matmul rate, < 1 GiB.
+Two shapes, both with Hq 32, Hkv 8, D 128, page size 16:
+  standard: 16 sequences at kv_len 2048 (12 decode rows and 4 prefill chunks of 128 rows), float32 q/k/v;
+  long:     8 sequences at kv_len 32768, the same mix (3 decode rows per 128-row prefill chunk: 6 and 2),
+            float32 q and bfloat16 k/v pages (1 GiB of cache; the reference upcasts any float dtype
+            exactly, PA-20).
+For each: the reference's time, its FLOP rate as a fraction of this machine's float64 matrix-multiply
+rate measured in the same run (benchmarks/matmul_ratio.py), and its peak extra memory. Goals: >= 40 % of
+the matmul rate, < 1 GiB.
 
-    .venv/bin/python benchmarks/reference_attention.py [--repeats 5] [--threads N] [--json]
+    .venv/bin/python benchmarks/reference_attention.py [--shapes standard,long] [--repeats 3] [--threads N] [--json]
 
-The matmul rate and the reference are timed alternately (best of each), so that a transient load on the
-machine affects both alike; the load average is printed because a busy machine lowers the fraction
-(many small BLAS calls suffer more from contention than one large one). `--threads N` re-runs the
+The load average is printed because a busy machine lowers the fraction. `--threads N` re-runs the
 script with OPENBLAS_NUM_THREADS=N (and OMP_NUM_THREADS=N) for both measurements.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-import time
-import tracemalloc
 
+import ml_dtypes
 import numpy as np
+
+from matmul_ratio import machine, measure, pin_blas_threads, print_result
 
 from kvconform.reference import ragged_paged_attention
 
-NUM_DECODE, NUM_PREFILL, PREFILL_LEN, KV_LEN = 12, 4, 128, 2048
 HQ, HKV, D, PAGE_SIZE = 32, 8, 128, 16
+SHAPES = {  # name: (decode rows, prefill chunks, rows per chunk, kv_len, k/v page dtype)
+    "standard": (12, 4, 128, 2048, np.float32),
+    "long": (6, 2, 128, 32768, ml_dtypes.bfloat16),
+}
 
 
-def standard_inputs(seed: int = 0) -> dict:
+def attention_inputs(num_decode: int, num_prefill: int, prefill_len: int, kv_len: int, kv_dtype,
+                     seed: int = 0) -> dict:
+    """Arguments of one call: decode sequences first, then prefill chunks, all at kv_len keys."""
     rng = np.random.default_rng(seed)
-    q_lens = [1] * NUM_DECODE + [PREFILL_LEN] * NUM_PREFILL
+    q_lens = [1] * num_decode + [prefill_len] * num_prefill
     S = len(q_lens)
-    pages_per_seq = KV_LEN // PAGE_SIZE
+    pages_per_seq = kv_len // PAGE_SIZE
     num_pages = S * pages_per_seq
     cu_q_lens = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+
+    def pages():  # drawn in float32 and rounded, so a 1 GiB bfloat16 cache needs no 4 GiB float64 temporary
+        return rng.standard_normal((num_pages, PAGE_SIZE, HKV, D), dtype=np.float32).astype(kv_dtype)
+
     return dict(
         q=rng.standard_normal((int(cu_q_lens[-1]), HQ, D), dtype=np.float32),
-        k_pages=rng.standard_normal((num_pages, PAGE_SIZE, HKV, D), dtype=np.float32),
-        v_pages=rng.standard_normal((num_pages, PAGE_SIZE, HKV, D), dtype=np.float32),
-        kv_lens=np.full(S, KV_LEN, dtype=np.int32),
+        k_pages=pages(),
+        v_pages=pages(),
+        kv_lens=np.full(S, kv_len, dtype=np.int32),
         page_indices=rng.permutation(num_pages).reshape(S, pages_per_seq).astype(np.int32),
         cu_q_lens=cu_q_lens,
         num_seqs=S,
     )
+
+
+def standard_inputs(seed: int = 0) -> dict:
+    return attention_inputs(*SHAPES["standard"], seed=seed)
 
 
 def attention_flops(q_lens, kv_len: int) -> float:
@@ -53,74 +67,42 @@ def attention_flops(q_lens, kv_len: int) -> float:
     return 2 * 2 * visible * HQ * D
 
 
-def gemm_seconds(a: np.ndarray, b: np.ndarray, calls: int = 4) -> float:
-    """Seconds per float64 GEMM of a @ b, best of `calls`."""
-    best = np.inf
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return best
+def describe(name: str) -> str:
+    num_decode, num_prefill, prefill_len, kv_len, kv_dtype = SHAPES[name]
+    return (f"{num_decode} decode + {num_prefill}x{prefill_len} prefill, kv_len {kv_len}, Hq {HQ}, "
+            f"Hkv {HKV}, D {D}, page {PAGE_SIZE}, q float32, k/v {np.dtype(kv_dtype).name}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--shapes", default="standard,long", help="comma-separated: standard, long")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (re-executes the script)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    if args.threads is not None and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+    pin_blas_threads(args.threads)
 
-    inputs = standard_inputs()
-    flops = attention_flops([1] * NUM_DECODE + [PREFILL_LEN] * NUM_PREFILL, KV_LEN)
-    n = 1024
-    rng = np.random.default_rng(1)
-    a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-    gemm_seconds(a, b, 1)  # warm-up: thread pool, page faults
-    ragged_paged_attention(**inputs)
-
-    best_gemm, best_ref = np.inf, np.inf
-    for _ in range(args.repeats):  # alternate, so both see the same machine state
-        best_gemm = min(best_gemm, gemm_seconds(a, b))
-        t0 = time.perf_counter()
-        ragged_paged_attention(**inputs)
-        best_ref = min(best_ref, time.perf_counter() - t0)
-    gemm_rate = 2 * n ** 3 / best_gemm
-
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    ragged_paged_attention(**inputs)
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-
-    input_bytes = sum(v.nbytes for v in inputs.values() if isinstance(v, np.ndarray))
-    result = {
-        "shape": f"{NUM_DECODE} decode + {NUM_PREFILL}x{PREFILL_LEN} prefill, kv_len {KV_LEN}, "
-                 f"Hq {HQ}, Hkv {HKV}, D {D}, page {PAGE_SIZE}, float32",
-        "reference_seconds": best_ref,
-        "reference_gflops": flops / best_ref / 1e9,
-        "matmul_f64_gflops": gemm_rate / 1e9,
-        "fraction_of_matmul": flops / best_ref / gemm_rate,
-        "peak_extra_mib": peak / 2 ** 20,
-        "input_mib": input_bytes / 2 ** 20,
-        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
-        "cpus": os.cpu_count(),
-        "load_average_1min": os.getloadavg()[0],
-    }
+    results = {}
+    for name in args.shapes.split(","):
+        if name not in SHAPES:
+            parser.error(f"--shapes: unknown shape {name!r}; choose from {', '.join(SHAPES)}")
+        num_decode, num_prefill, prefill_len, kv_len, _ = SHAPES[name]
+        inputs = attention_inputs(*SHAPES[name])
+        flops = attention_flops([1] * num_decode + [prefill_len] * num_prefill, kv_len)
+        result = measure(lambda: ragged_paged_attention(**inputs), flops, args.repeats)
+        result["shape"] = describe(name)
+        result["input_mib"] = sum(v.nbytes for v in inputs.values() if isinstance(v, np.ndarray)) / 2 ** 20
+        results[name] = result
+        del inputs
+        if not args.json:
+            print_result(name, result["shape"], result, args.repeats, goal=" (goal >= 40%)")
+            print(f"  inputs {result['input_mib']:.0f} MiB (memory goal < 1024 MiB extra)")
+    results["machine"] = machine()
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(results))
         return
-    print(f"shape: {result['shape']}")
-    print(f"reference: {best_ref * 1e3:.0f} ms (best of {args.repeats}), "
-          f"{result['reference_gflops']:.1f} GFLOP/s (visible-key matmul FLOPs)")
-    print(f"float64 matmul (1024^3): {result['matmul_f64_gflops']:.1f} GFLOP/s -> reference at "
-          f"{100 * result['fraction_of_matmul']:.0f}% (goal >= 40%)")
-    print(f"peak extra memory: {result['peak_extra_mib']:.0f} MiB (goal < 1024 MiB; inputs "
-          f"{result['input_mib']:.0f} MiB)")
-    print(f"machine: {result['cpus']} CPUs, BLAS threads {result['blas_threads']}, "
-          f"load average {result['load_average_1min']:.1f}")
+    m = results["machine"]
+    print(f"machine: {m['cpus']} CPUs, BLAS threads {m['blas_threads']}, load average {m['load_average_1min']:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """kvconform: a reference-versus-optimized conformance suite for the KV-cache kernels of LLM serving.
 
 Sub-packages:
-  kvconform.reference    the NumPy oracle (float64, NumPy + ml_dtypes only)
+  kvconform.reference    the NumPy oracle (float64, NumPy + ml_dtypes only; optional threadpoolctl for speed)
   kvconform.backends     the backend protocol, registry and our backends (numpy, triton, pallas)
   kvconform.conformance  strategies, comparison, pytest plugin, CLI and reports
 

@@ -9,6 +9,9 @@ The computation gathers, per sequence, only the cache slots some query row of th
 row's window, unused page-table entries and padding rows of ``q`` are never read, so NaN or Inf there
 cannot reach the output (PA-24). Inside the gathered range, masked logits are replaced by -inf through
 selection, never by multiplying with 0 (0 * Inf = NaN).
+
+Speed (issue 16; benchmarks/reference_attention.py): keys and values are upcast one KV head at a time into
+contiguous float64 [L, D] arrays, and the KV heads of a large call run in parallel (head_workers.py).
 """
 from __future__ import annotations
 
@@ -18,13 +21,14 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes
+from .head_workers import head_map
 from .kv_layouts import canonical_kv
 from .page_pools import check_token_scales, kv_pools, kv_scale, scales_of
 from .validation import check_shape, float_input, int_input, int_scalar, positive_float, require
 
 __all__ = ["AttentionCall", "AttentionOutput", "ragged_paged_attention", "validate_ragged_paged_attention"]
 
-_BLOCK_ELEMENTS = 1 << 21  # float64 logits per block: 16 MiB
+_BLOCK_ELEMENTS = 1 << 24  # float64 logits per block: 128 MiB (at 32k keys: 128 rows x 4 query heads)
 
 
 class AttentionOutput(NamedTuple):
@@ -112,13 +116,18 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     num_slots = call.page_indices.shape[1] * call.k_pages.shape[1]
     out = np.zeros((T, Hq, D), dtype=np.float64)
     scores = np.zeros((call.kv_lens.shape[0], num_slots), dtype=np.float64) if return_scores else None
-    for i in range(call.num_seqs):
-        _attend_sequence(call, i, out, scores)
+    # KV heads are independent (PA-12): a large call runs them on a thread pool with one BLAS thread
+    # each (head_workers.py, for speed only: every head computes the same values either way).
+    q_lens = np.diff(call.cu_q_lens[:call.num_seqs + 1])
+    num_logits = int(np.dot(q_lens, call.kv_lens[:call.num_seqs])) * Hq
+    with head_map(num_logits, call.k_pages.shape[2]) as map_heads:
+        for i in range(call.num_seqs):
+            _attend_sequence(call, i, out, scores, map_heads)
     return AttentionOutput(out, scores) if return_scores else out
 
 
-def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None) -> None:
-    """Fill the output rows (and the score row) of sequence i in place."""
+def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None, map_heads) -> None:
+    """Fill the output rows (and the score row) of sequence i in place; map_heads runs the KV heads."""
     row0, row1 = int(call.cu_q_lens[i]), int(call.cu_q_lens[i + 1])
     q_len, kv_len = row1 - row0, int(call.kv_lens[i])
     if q_len == 0:  # PA-8: no rows, no output, no score mass
@@ -130,29 +139,40 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
 
     # Keys before the first row's window are visible to no row of this call (PA-15): not gathered.
     lo = 0 if call.sliding_window is None else max(0, first_pos - call.sliding_window + 1)
-    keys = _gather(call.k_pages, call.page_indices[i], lo, kv_len, call.k_scale)  # [L, Hkv, D]
-    values = _gather(call.v_pages, call.page_indices[i], lo, kv_len, call.v_scale)
-
     positions = first_pos + np.arange(q_len)
     key_pos = np.arange(lo, kv_len)
     visible = key_pos[None, :] <= positions[:, None]  # PA-7: bottom-right causal
     if call.sliding_window is not None:
         visible &= key_pos[None, :] > positions[:, None] - call.sliding_window  # PA-15
 
-    # Row blocks bound the logits to ~_BLOCK_ELEMENTS floats, so a long prefill needs little memory.
-    # Rows are independent (PA-13): blocking changes no value.
+    # Row blocks bound the logits to ~_BLOCK_ELEMENTS floats per KV head in flight (one per worker of
+    # head_map), so a long prefill needs bounded memory; blocks of 512 query-head rows keep the products
+    # near BLAS's full rate. Rows are independent (PA-13): blocking changes no value.
     block = max(1, _BLOCK_ELEMENTS // (group * (kv_len - lo)))
-    for kv_head in range(Hkv):
+    table_row = call.page_indices[i]
+
+    def attend_kv_head(kv_head: int) -> list[np.ndarray]:
+        """Fill the rows of the query heads reading kv_head; return their score mass per row block."""
         # PA-12: query heads kv_head * group .. + group - 1 read this KV head; no KV head is repeated.
+        # One KV head is gathered at a time: float64 keys of all heads of a 32k-token sequence would
+        # take 256 MiB, and a contiguous [L, D] operand is what the matrix products read fastest.
+        keys = _gather(call.k_pages, table_row, lo, kv_len, call.k_scale, kv_head)  # [L, D]
+        values = _gather(call.v_pages, table_row, lo, kv_len, call.v_scale, kv_head)
         heads = slice(kv_head * group, (kv_head + 1) * group)
         sinks = None if call.sinks is None else call.sinks[heads]
+        masses = []
         for t0 in range(0, q_len, block):
             t1 = min(q_len, t0 + block)
             out[row0 + t0:row0 + t1, heads], probs = _attend_group(
-                call.q[row0 + t0:row0 + t1, heads], keys[:, kv_head], values[:, kv_head], visible[t0:t1],
+                call.q[row0 + t0:row0 + t1, heads], keys, values, visible[t0:t1],
                 sinks, call, scores is not None)
-            if scores is not None:  # PA-21: mass per token, summed over heads and this call's rows
-                scores[i, lo:kv_len] += probs.sum(axis=(0, 1))
+            if scores is not None:
+                masses.append(probs.sum(axis=(0, 1)))
+        return masses
+
+    for masses in map_heads(attend_kv_head, range(Hkv)):
+        for mass in masses:  # PA-21: mass per token, summed over heads and this call's rows (in head order)
+            scores[i, lo:kv_len] += mass
 
 
 def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, want_probs: bool):
@@ -194,19 +214,19 @@ def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, wa
     return out, logits
 
 
-def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale) -> np.ndarray:
-    """Dequantized tokens lo .. hi-1 of one sequence as float64[hi - lo, Hkv, D] (PA-10, PA-19).
+def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale, head: int) -> np.ndarray:
+    """Dequantized tokens lo .. hi-1 of one sequence and one KV head as float64[hi - lo, D] (PA-10, PA-19).
 
-    Only the pages holding those tokens are read, and only the slots lo .. hi-1 are upcast.
+    Only the pages holding those tokens are read, and only this head's slots lo .. hi-1 are upcast.
     """
-    page_size = pages.shape[1]
+    page_size, D = pages.shape[1], pages.shape[3]
     first_page, last_page = lo // page_size, -(-hi // page_size)
-    tokens = pages[table_row[first_page:last_page]]  # [n, page_size, Hkv, D] in the storage dtype
-    tokens = tokens.reshape(-1, *pages.shape[2:])
+    tokens = pages[table_row[first_page:last_page], :, head]  # [n, page_size, D] in the storage dtype
     start = lo - first_page * page_size
-    if isinstance(scale, np.ndarray):   # per-head or per-token scales (PA-48)
-        return dtypes.upcast(tokens[start:start + (hi - lo)]) * scales_of(scale, table_row, lo, hi, pages.shape[2])
-    return dtypes.upcast(tokens[start:start + (hi - lo)], scale)
+    tokens = tokens.reshape(-1, D)[start:start + (hi - lo)]
+    if isinstance(scale, np.ndarray) and scale.ndim:   # per-head or per-token scales (PA-48)
+        return dtypes.upcast(tokens) * scales_of(scale, table_row, lo, hi, pages.shape[2])[:, head]
+    return dtypes.upcast(tokens, scale)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -208,6 +208,25 @@ def test_row_blocking_changes_nothing_PA_13(batch):
 
 
 @settings(max_examples=20, deadline=None)
+@given(batches())
+def test_kv_heads_in_parallel_change_nothing_PA_12(batch):
+    """Large calls spread the KV heads over a thread pool (reference/head_workers.py); KV heads are
+    independent (PA-12) and score mass is added in head order, so the pool must give the inline result."""
+    from kvconform.reference import head_workers
+
+    args = paged(batch, _rng(batch))
+    inline = ragged_paged_attention(**args, **batch.options, return_scores=True)
+    saved = head_workers._MIN_LOGITS, head_workers._usable_cpus
+    head_workers._MIN_LOGITS, head_workers._usable_cpus = 0, lambda: 2  # a pool of 2 even on one CPU
+    try:
+        pooled = ragged_paged_attention(**args, **batch.options, return_scores=True)
+    finally:
+        head_workers._MIN_LOGITS, head_workers._usable_cpus = saved
+    np.testing.assert_allclose(_valid(batch, pooled.out), _valid(batch, inline.out), **TIGHT)
+    np.testing.assert_allclose(pooled.scores, inline.scores, **TIGHT)
+
+
+@settings(max_examples=20, deadline=None)
 @given(batches(), st.sampled_from([np.float32, np.float16, ml_dtypes.bfloat16]),
        st.sampled_from([np.float32, np.float16, ml_dtypes.bfloat16]))
 def test_narrow_inputs_are_upcast_exactly_PA_20(batch, q_dtype, kv_dtype):
