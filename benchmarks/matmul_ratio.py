@@ -8,6 +8,8 @@ never sees (the best matmul then reads high and the fraction low), so run twice 
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import sys
 import time
@@ -16,6 +18,33 @@ import tracemalloc
 import numpy as np
 
 GEMM_N = 1024
+
+
+def parse_args(description: str, choice: str, default: str, repeats: int) -> argparse.Namespace:
+    """The benchmarks' command line: `--<choice>` (comma-separated names), --repeats, --threads, --json.
+    Pins BLAS threads before returning (re-executing the script if --threads asks for it)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(f"--{choice}", default=default, help=f"comma-separated: {default.replace(',', ', ')}")
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (re-executes the script)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    known = default.split(",")
+    for name in getattr(args, choice).split(","):
+        if name not in known:
+            parser.error(f"--{choice}: unknown name {name!r}; choose from {', '.join(known)}")
+    pin_blas_threads(args.threads)
+    return args
+
+
+def report_machine(results: dict, as_json: bool) -> None:
+    """Add the machine's facts to `results`; print them all as one JSON object or the machine line."""
+    results["machine"] = m = machine()
+    if as_json:
+        print(json.dumps(results))
+    else:
+        print(f"machine: {m['cpus']} CPUs, BLAS threads {m['blas_threads']}, "
+              f"load average {m['load_average_1min']:.1f}")
 
 
 def pin_blas_threads(threads: int | None) -> None:

@@ -16,13 +16,11 @@ script with OPENBLAS_NUM_THREADS=N (and OMP_NUM_THREADS=N) for both measurements
 """
 from __future__ import annotations
 
-import argparse
-import json
 
 import ml_dtypes
 import numpy as np
 
-from matmul_ratio import machine, measure, pin_blas_threads, print_result
+from matmul_ratio import measure, parse_args, print_result, report_machine
 
 from kvconform.reference import ragged_paged_attention
 
@@ -74,18 +72,10 @@ def describe(name: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="standard,long", help="comma-separated: standard, long")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (re-executes the script)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
-    pin_blas_threads(args.threads)
+    args = parse_args(__doc__.splitlines()[0], "shapes", ",".join(SHAPES), repeats=3)
 
     results = {}
     for name in args.shapes.split(","):
-        if name not in SHAPES:
-            parser.error(f"--shapes: unknown shape {name!r}; choose from {', '.join(SHAPES)}")
         num_decode, num_prefill, prefill_len, kv_len, _ = SHAPES[name]
         inputs = attention_inputs(*SHAPES[name])
         flops = attention_flops([1] * num_decode + [prefill_len] * num_prefill, kv_len)
@@ -97,13 +87,7 @@ def main() -> None:
         if not args.json:
             print_result(name, result["shape"], result, args.repeats, goal=" (goal >= 40%)")
             print(f"  inputs {result['input_mib']:.0f} MiB (memory goal < 1024 MiB extra)")
-    results["machine"] = machine()
-    if args.json:
-        print(json.dumps(results))
-        return
-    m = results["machine"]
-    print(f"machine: {m['cpus']} CPUs, BLAS threads {m['blas_threads']}, load average {m['load_average_1min']:.1f}")
-
+    report_machine(results, args.json)
 
 if __name__ == "__main__":
     main()

@@ -14,12 +14,10 @@ same run (benchmarks/matmul_ratio.py), and the peak extra memory.
 """
 from __future__ import annotations
 
-import argparse
-import json
 
 import numpy as np
 
-from matmul_ratio import machine, measure, pin_blas_threads, print_result
+from matmul_ratio import measure, parse_args, print_result, report_machine
 
 from kvconform.reference.recurrent import rwkv6_wkv, ssd_chunked_scan
 
@@ -60,18 +58,9 @@ CASES = {"ssd": ("ssd_chunked_scan", ssd_case), "rwkv6": ("rwkv6_wkv", rwkv6_cas
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default="ssd,rwkv6", help="comma-separated: ssd, rwkv6")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (re-executes the script)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
-    pin_blas_threads(args.threads)
-
+    args = parse_args(__doc__.splitlines()[0], "ops", ",".join(CASES), repeats=2)
     results = {}
     for key in args.ops.split(","):
-        if key not in CASES:
-            parser.error(f"--ops: unknown op {key!r}; choose from {', '.join(CASES)}")
         name, case = CASES[key]
         run, flops, shape = case()
         result = measure(run, flops, args.repeats)
@@ -79,13 +68,7 @@ def main() -> None:
         results[name] = result
         if not args.json:
             print_result(name, shape, result, args.repeats)
-    results["machine"] = machine()
-    if args.json:
-        print(json.dumps(results))
-        return
-    m = results["machine"]
-    print(f"machine: {m['cpus']} CPUs, BLAS threads {m['blas_threads']}, load average {m['load_average_1min']:.1f}")
-
+    report_machine(results, args.json)
 
 if __name__ == "__main__":
     main()
