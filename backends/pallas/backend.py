@@ -121,14 +121,8 @@ class PallasBackend(Backend):
                                                                 min_seqs=MIN_SEQS)
         page_size = call.k_pages.shape[1]
         S, pps = call.page_indices.shape
-        n = call.num_seqs
         s_pad, pps_pad = cu.shape[0] - 1, pow2(pps, MIN_PAGES)
-        lens = np.zeros(s_pad, np.int32)
-        lens[:n] = call.kv_lens[:n]
-        table = np.zeros((s_pad, pps_pad), np.int32)
-        for i in range(n):  # unused entries may hold anything (PA-24): only the used pages travel
-            used = -(-int(call.kv_lens[i]) // page_size)
-            table[i, :used] = call.page_indices[i, :used]
+        lens, table = _used_pages(call, s_pad, pps_pad, page_size)
         args = (q_k, kv_k, lens, table.reshape(-1), cu, meta, fparams)
         if call.num_shards > 1:
             from .sharding import sharded_attention
@@ -167,13 +161,10 @@ class PallasBackend(Backend):
         pages = np.zeros((pow2(P, 32), page_size, Dp), pool_dtype)
         pages[:P, :, :d_c], pages[:P, :, d_c:D] = c, r
         rows = np.zeros((s_pad, h_pad, Dp), np.float32)                # exact upcast of both query parts
-        lens, table, q_len_arr = (np.zeros(s_pad, np.int32), np.zeros((s_pad, pps_pad), np.int32),
-                                  np.zeros(s_pad, np.int32))
+        lens, table = _used_pages(a, s_pad, pps_pad, page_size)     # ML-7 is PA-24's rule
+        q_len_arr = np.zeros(s_pad, np.int32)
+        q_len_arr[:n] = q_lens
         decode = [i for i in range(n) if q_lens[i] == 1]
-        for i in range(n):   # unused table entries may hold anything (ML-7): only the used pages travel
-            used = -(-int(a.kv_lens[i]) // page_size)
-            table[i, :used] = a.page_indices[i, :used]
-            lens[i], q_len_arr[i] = a.kv_lens[i], q_lens[i]
         for i in decode:
             rows[i, :H, :D] = a.q[a.cu_q_lens[i]]
         fparams = np.full(2 + h_pad, -np.inf, np.float32)   # no sink: -inf (exactly no sink, PA-17)
@@ -364,6 +355,20 @@ def _arena_slots(arena: np.ndarray, offsets, num_seqs: int, page_size: int, toke
     out = kernel("slot_mapping_from_arena")(arena_words(arena), word_offsets, meta, num_slots=pow2(tokens, 8),
                                             interpret=interpret_params())
     return np.asarray(out)[:tokens].astype(np.int32)
+
+
+def _used_pages(call, s_pad: int, pps_pad: int, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(kv_lens i32[s_pad], block table i32[s_pad, pps_pad]) of a validated attention call, padded to the
+    buckets; only each sequence's used pages are copied, the rest stay 0 (unused entries may hold anything,
+    PA-24, and must never be read)."""
+    n = call.num_seqs
+    lens = np.zeros(s_pad, np.int32)
+    lens[:n] = call.kv_lens[:n]
+    table = np.zeros((s_pad, pps_pad), np.int32)
+    for i in range(n):
+        used = -(-int(call.kv_lens[i]) // page_size)
+        table[i, :used] = call.page_indices[i, :used]
+    return lens, table
 
 
 def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *, min_seqs: int = 1):
