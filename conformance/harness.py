@@ -39,6 +39,7 @@ from . import profiles, tolerance
 from .case import Case
 from .compare import FieldResult, compare_field
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
+from .timing import PhaseClock
 from .worker import ALIAS, BackendCrash, BackendDeclined, BackendError, BackendProtocolError, exception_line
 
 try:   # Hypothesis reports several distinct failures of one test as an exception group (Python >= 3.11)
@@ -143,6 +144,7 @@ class Harness:
         self._before: list[Case] = []           # calls a failure depends on (call history), replayed first
         self.not_run = ""                       # set when the op kept crashing: record a crash, call nothing
         self.started = time.monotonic()
+        self.clock = PhaseClock()               # engine-throughput shares (conformance/timing.py)
 
     # --- claims -------------------------------------------------------------------------------
     def claims(self, op: str | None = None, *, features: Iterable[str] = ()) -> OpClaims:
@@ -228,7 +230,8 @@ class Harness:
 
     # --- calls ----------------------------------------------------------------------------------
     def reference(self, case: Case):
-        return getattr(reference, case.op)(**case.inputs)
+        with self.clock.timed("reference"):
+            return getattr(reference, case.op)(**case.inputs)
 
     def call(self, case: Case):
         """Run the backend on `case` in its worker; a backend exception is a failure of this case."""
@@ -236,7 +239,10 @@ class Harness:
         self._note(case)
         self.last_case = case
         try:
-            result, mutated = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
+            try:
+                result, mutated = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
+            finally:
+                self._clock_call()
         except BackendError as exc:
             error, detail = raised_lines(exc)
             self._fail(case, [], f"backend raised {exc.type_name}: {error}", traceback=exc.tb, detail=detail)
@@ -252,6 +258,13 @@ class Harness:
             self._fail(case, [], f"backend returned outputs that share memory with its inputs ({'; '.join(aliased)}): "
                                  f"outputs must be fresh arrays (backends/base.py)")
         return result
+
+    def _clock_call(self) -> None:
+        """Add the last worker call's backend / guard / transport seconds to this test's clock."""
+        timing = getattr(self.worker, "last_timing", None)
+        if timing is not None:
+            for phase, seconds in timing._asdict().items():
+                self.clock.add(phase, seconds)
 
     def _declined(self, case: Case, reason: str) -> None:
         """The backend raised kvconform.Unsupported(reason) on `case` (backends/base.py:Unsupported): the
@@ -369,7 +382,10 @@ class Harness:
         self._note(case)
         self.last_case = case   # a crash on malformed input leaves this case (with its rejection) behind
         try:
-            result, _ = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
+            try:
+                result, _ = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
+            finally:
+                self._clock_call()
         except BackendError as exc:
             problem = judge(case.rejection, exc.type_name, exc.mro, exc.message)
             if problem is not None:
@@ -387,7 +403,8 @@ class Harness:
         """Compare `actual` with `expected` under the op's checks (`exact`: bit for bit over the same
         regions; `checks`: a composed property's own contract, see compare_outputs); `what` names the
         expectation ("reference", "hand-worked value", "the unpermuted run")."""
-        results = compare_outputs(case, expected, actual, exact=exact, checks=checks)
+        with self.clock.timed("compare"):
+            results = compare_outputs(case, expected, actual, exact=exact, checks=checks)
         worst = 0.0
         for res in results:
             slot = self.metrics.setdefault(res.name, {"max_abs": 0.0, "max_ulp": None, "headroom": 0.0})
@@ -433,6 +450,7 @@ class Harness:
         return repro_dir_for(self.out_dir, self.node.nodeid)
 
     def record(self) -> dict:
+        duration = time.monotonic() - self.started
         headroom = max((m["headroom"] for m in self.metrics.values()), default=None)
         return {
             "backend": self.backend_name,
@@ -448,7 +466,8 @@ class Harness:
             "headroom": headroom,
             "dtypes": sorted(self.dtypes_seen),
             "unclaimed": self.unclaimed,
-            "duration": round(time.monotonic() - self.started, 3),
+            "duration": round(duration, 3),
+            "timing": self.clock.record(duration),
         }
 
 

@@ -149,6 +149,30 @@ def _backend_id(spec: str) -> str:
     return spec.split(":")[-1] if ":" in spec else spec
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With `--jobs N` (pytest-xdist), hand out the suite in work units of one test module x one backend,
+    largest first, instead of test by test: every test of a backend's op then runs in one worker process,
+    which compiles each of its kernel shapes once (a JIT backend's compiled kernels live per process; jax
+    cannot store interpret-mode Pallas executables in its persistent cache, they hold host callbacks).
+    Project test runs (no --kvc-backend) keep xdist's own scheduler."""
+    if not config.getoption("kvc_backend"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    ids = sorted((_backend_id(b) for b in config._kvconform.backends), key=len, reverse=True)
+
+    class ModuleBackendScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module, _, name = nodeid.partition("::")
+            params = name[name.find("[") + 1:] if "[" in name else ""
+            backend = next((b for b in ids if params.startswith(b) and params[len(b):len(b) + 1] in ("-", "]")),
+                           "")
+            return f"{module}@{backend}"
+
+    return ModuleBackendScheduling(config, log)
+
+
 def pytest_collection_modifyitems(session, config, items):
     state = config._kvconform
     keep, drop = [], []
@@ -207,7 +231,8 @@ def pytest_runtest_makereport(item, call):
     _count_crash(state, harness, status, message)
     record = harness.record()
     record.update({"id": item.nodeid, "test": getattr(item, "originalname", item.name),
-                   "variant": _variant(item), "status": status, "message": message[:4000]})
+                   "variant": _variant(item), "status": status, "message": message[:4000],
+                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})   # which --jobs process ran it
     if status == "xfail" or status == "xpass":
         record["expectation"] = getattr(rep, "wasxfail", "")
     failure = harness.failure

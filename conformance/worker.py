@@ -18,7 +18,7 @@ import os
 import tempfile
 import time
 import traceback
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -142,16 +142,21 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
         if request is None:
             return
         op, kwargs = request
+        served = time.perf_counter()
         try:
             before = {k: v.copy() for k, v in kwargs.items() if isinstance(v, np.ndarray)}
+            started = time.perf_counter()
             result = getattr(backend, op)(**kwargs)
+            backend_seconds = time.perf_counter() - started
             problem = output_problem(result)
             if problem is not None:   # checked before pickling, which a generator would not survive
                 conn.send(("protocol", problem))
                 continue
             mutated = [k for k, v in before.items() if not _same_bits(v, kwargs[k])]
             mutated += aliased_inputs(result, kwargs)
-            conn.send(("ok", (_to_numpy(result), mutated)))
+            result = _to_numpy(result)
+            timing = (backend_seconds, time.perf_counter() - served - backend_seconds)
+            conn.send(("ok", (result, mutated, timing)))
         except Unsupported as exc:
             conn.send(("declined", str(exc)))
         except Exception as exc:
@@ -201,8 +206,21 @@ def _to_numpy(result: Any) -> Any:
     return np.asarray(result)
 
 
+class CallTiming(NamedTuple):
+    """Where the seconds of one backend call went (engine throughput, benchmarks/engine_throughput.py).
+
+    backend: inside the backend's method; guard: the engine's purity checks around it in the worker
+    (input copies for the mutation check, the aliasing check, output conversion); transport: the rest of
+    the round trip (pickling the case's arrays there and the result back, the pipe, waking the worker).
+    A call that raised or declined counts its whole round trip as backend time."""
+    backend: float
+    guard: float
+    transport: float
+
+
 class Worker:
-    """A restartable backend process. `call` returns (result, mutated input names)."""
+    """A restartable backend process. `call` returns (result, mutated input names); `last_timing` is the
+    CallTiming of the last call that returned."""
 
     def __init__(self, spec: str, *, timeout: float = 120.0, start_timeout: float = 300.0):
         self.spec, self.timeout, self.start_timeout = spec, timeout, start_timeout
@@ -211,6 +229,7 @@ class Worker:
         self._fault_path: str | None = None
         self.description: dict | None = None
         self.restarts = 0
+        self.last_timing: CallTiming | None = None
 
     def start(self) -> dict:
         ctx = mp.get_context("spawn")
@@ -252,12 +271,15 @@ class Worker:
             self.start()
         limit = self.timeout if timeout is None else timeout
         started = time.monotonic()
+        self.last_timing = None
         try:
             self._conn.send((op, kwargs))
             if not self._conn.poll(limit):
                 self.stop()
                 raise BackendCrash(f"hang: {op} did not return within {limit:.0f} s (worker killed)")
             status, payload = self._conn.recv()
+            if status != "ok":   # a raise or a refusal: its whole (small) round trip counts as the backend's
+                self.last_timing = CallTiming(time.monotonic() - started, 0.0, 0.0)
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError):
             code = self._proc.exitcode if self._proc is not None else None
             if code is None and self._proc is not None:
@@ -273,7 +295,10 @@ class Worker:
             raise BackendDeclined(payload)
         if status == "protocol":
             raise BackendProtocolError(payload)
-        result, mutated = payload
+        result, mutated, (backend_seconds, guard_seconds) = payload
+        round_trip = time.monotonic() - started
+        self.last_timing = CallTiming(backend_seconds, guard_seconds,
+                                      max(0.0, round_trip - backend_seconds - guard_seconds))
         if isinstance(result, tuple) and len(result) == 3 and result[0] == "__namedtuple__":
             from collections import namedtuple
             result = namedtuple("Result", result[1])(*result[2])
@@ -355,14 +380,20 @@ class InProcess:
         except Exception as exc:
             raise ClaimsUnreadable(f"{type(exc).__name__}: {exc}") from None
         self.restarts = 0
+        self.last_timing: CallTiming | None = None
 
     def describe(self) -> dict:
         return self.description
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
         from kvconform.backends.base import Unsupported
+        self.last_timing = None
         try:
-            result = getattr(self.backend, op)(**kwargs)
+            started = time.perf_counter()
+            try:
+                result = getattr(self.backend, op)(**kwargs)
+            finally:
+                self.last_timing = CallTiming(time.perf_counter() - started, 0.0, 0.0)
         except Unsupported as exc:
             raise BackendDeclined(str(exc)) from None
         except Exception as exc:

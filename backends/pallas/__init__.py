@@ -2,14 +2,15 @@
 
 `make_backend()` returns the adapter. jax is imported only when a kernel runs or availability is asked,
 never by importing this package. Made before jax is imported (as in the suite's worker), it asks XLA for
-`runtime.HOST_DEVICES` CPU devices, so the head-sharded attention runs on CPU too.
+`runtime.HOST_DEVICES` CPU devices, so the head-sharded attention runs on CPU too, and for quicker CPU
+compiles of the interpret-mode kernels (`runtime.CPU_COMPILE_FLAGS`).
 """
 from __future__ import annotations
 
 
 def make_backend():
-    from .runtime import request_host_devices
-    request_host_devices()     # before jax is imported: several CPU devices for head sharding (PA-49)
+    from .runtime import configure_host_xla
+    configure_host_xla()     # before jax is imported: CPU devices for head sharding (PA-49), compile flags
     from .backend import PallasBackend
     return PallasBackend()
 

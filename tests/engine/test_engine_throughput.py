@@ -1,0 +1,63 @@
+"""Engine throughput (issue 16): every result says where its seconds went, `--jobs` keeps a test module's
+tests of one backend in one process (so a JIT backend compiles each kernel shape once), and the benchmark
+reads a run's records."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from kvconform.conformance.timing import PHASES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _records(cli, out):
+    return [r for r in cli.report(out)["results"] if r["status"] == "pass"]
+
+
+def test_every_result_says_where_its_seconds_went(cli, tmp_path):
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    records = _records(cli, out)
+    assert records
+    for r in records:
+        timing = r["timing"]
+        assert set(timing) == set(PHASES), timing
+        assert all(v >= 0 for v in timing.values())
+        # the phases split the test's duration (each rounded to 1 ms)
+        assert abs(sum(timing.values()) - r["duration"]) <= 0.01, (timing, r["duration"])
+        if r["examples"] + r["rejections"] < 5:
+            continue   # a one-call golden test can take under the 1 ms the phases are rounded to
+        assert timing["backend"] > 0
+        if r["layer"] == "differential":
+            assert timing["reference"] > 0 and timing["compare"] > 0 and timing["transport"] > 0
+
+
+def test_jobs_keep_each_module_and_backend_in_one_process(cli, tmp_path):
+    out = tmp_path / "out"
+    # write_kv's tests live in test_paged_attention.py, shift_keys's in test_rotation.py
+    proc = cli("run", "--backend", "numpy", "--ops", "write_kv,shift_keys", "--profile", "quick",
+               "--jobs", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    workers = defaultdict(set)
+    for r in _records(cli, out):
+        workers[r["id"].split("::")[0]].add(r["worker"])
+    assert len(workers) == 2, dict(workers)
+    assert all(len(w) == 1 for w in workers.values()), dict(workers)
+    assert set.union(*workers.values()) == {"gw0", "gw1"}, "both processes should get a module"
+
+
+def test_throughput_benchmark_reads_a_run(cli, tmp_path):
+    out = tmp_path / "out"
+    assert cli("run", "--backend", "numpy", "--ops", "shift_keys", "--out", str(out)).returncode == 0
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "engine_throughput.py"), "--from", str(out),
+                           "--before", str(out / "results.jsonl")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("numpy") and "shift_keys" in line)
+    cells = row.split()
+    examples, seconds, rate = int(cells[3]), float(cells[4]), float(cells[5])
+    assert examples > 0 and seconds > 0 and abs(rate - examples / seconds) <= 0.02 * rate + 0.01
+    assert cells[-1] == "1.00x"   # against itself
