@@ -27,10 +27,21 @@ STAMP = VENV / "kvconform-install.stamp"
 def step(title: str, cmd: list[str], env: dict | None = None) -> None:
     print(f"\n=== {title}\n$ {' '.join(map(str, cmd))}", flush=True)
     start = time.monotonic()
-    rc = subprocess.call([str(c) for c in cmd], cwd=ROOT, env={**os.environ, **(env or {})})
+    rc = subprocess.call([str(c) for c in cmd], cwd=ROOT, env=step_environment(env))
     print(f"=== {title}: exit {rc} after {time.monotonic() - start:.0f} s", flush=True)
     if rc != 0:
         sys.exit(rc)
+
+
+def step_environment(extra: dict | None = None) -> dict:
+    """The environment of a step: ours, without PYTHONDONTWRITEBYTECODE. With it set (as on some CI
+    machines) every Python process of the run compiles this package from source, and pytest redoes its
+    assertion rewriting of every plugin module (hypothesis's included) in each of the ~200 pytest
+    processes the tests and the gate start: measured ~3 s of a 20 s `kvconform run` of one op (issue 16).
+    Allowing bytecode caches only writes __pycache__ directories inside this checkout and the venv."""
+    env = {**os.environ, **(extra or {})}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def install_fingerprint() -> str:
@@ -78,7 +89,9 @@ def main(argv: list[str]) -> None:
              [kvconform, "run", "--out", "kvconform-out", "--expectations", "ci/expectations/jax_thirdparty.toml"])
         print(f"\nreport: {ROOT / 'kvconform-out' / 'report.html'} (also report.md, report.json, junit.xml)")
     else:
-        step("project tests", [PY, "-m", "pytest", "-n", "2", "-q", "tests"])
+        # worksteal: an idle worker takes queued tests from the busy one (the mutant meta-tests run
+        # 15-130 s each, and xdist's default hand-out left one core idle for minutes at the end)
+        step("project tests", [PY, "-m", "pytest", "-n", "2", "--dist", "worksteal", "-q", "tests"])
         step("conformance gate (ci profile: numpy, triton and pallas backends)",
              [kvconform, "run", "--backend", "numpy", "--backend", "triton", "--backend", "pallas",
               "--profile", "ci", "--jobs", "2", "--out", "ci-out"])

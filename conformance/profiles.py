@@ -71,9 +71,12 @@ def hypothesis_settings(profile: Profile, *, budget: float = 1.0, out_dir: Path 
     database = None
     if profile.use_database and out_dir is not None:
         database = DirectoryBasedExampleDatabase(str(Path(out_dir) / "hypothesis-db"))
-    phases = list(Phase)
+    # No Phase.explain: after shrinking, Hypothesis would re-run the counterexample with its parts varied
+    # to print which ones matter; the engine's own diagnosis (diagnosis.py) does that in the suite's
+    # terms (poison regions, features, dtypes) and is what the reports show, so explain only cost time.
+    phases = [p for p in Phase if p is not Phase.explain]
     if not profile.shrink:
-        phases = [p for p in phases if p not in (Phase.shrink, Phase.explain)]
+        phases = [p for p in phases if p is not Phase.shrink]
     return settings(
         max_examples=examples,
         derandomize=profile.derandomize,

@@ -18,7 +18,7 @@ PHASES = ("reference", "backend", "guard", "transport", "compare", "other")
 
 
 class PhaseClock:
-    """Accumulates seconds per phase; `other` is what `shares(total)` leaves unexplained."""
+    """Accumulates seconds per phase; `other` is what `record(total)` leaves unexplained."""
 
     def __init__(self):
         self.seconds = {p: 0.0 for p in PHASES if p != "other"}
