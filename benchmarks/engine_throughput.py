@@ -3,13 +3,14 @@
 
     .venv/bin/python benchmarks/engine_throughput.py --backend pallas --ops ssd_chunked_scan   # runs it
     .venv/bin/python benchmarks/engine_throughput.py --from ci-out                           # a finished run
-    .venv/bin/python benchmarks/engine_throughput.py --from ci-out --before OLD/results.jsonl
+    .venv/bin/python benchmarks/engine_throughput.py --from ci-out --before benchmarks/results/gate_before_issue16.json
 
 Reads a run's results.jsonl (each test records its duration, its example count and, since issue 16, the
 seconds per phase of conformance/timing.py: reference, backend, guard, transport, compare, other) and
 prints one row per backend x op: tests, examples, seconds, examples/s and each phase's share of the
 seconds. With --before (an older results.jsonl, e.g. from before a change) it adds that run's examples/s
-and the speed-up. Durations are the tests' own wall times, summed: with --jobs 2 the run's wall time is
+and the speed-up (--before also takes the rows this script printed with --json, as in
+benchmarks/results/). Durations are the tests' own wall times, summed: with --jobs 2 the run's wall time is
 about half their sum.
 """
 from __future__ import annotations
@@ -31,6 +32,14 @@ def load(path: Path) -> list[dict]:
     if not path.is_file():
         sys.exit(f"engine_throughput: no results at {path}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def rows_from(path: Path) -> dict[tuple[str, str], dict]:
+    """Per-op rows of a run (its directory or results.jsonl) or of a saved `--json` summary."""
+    if path.suffix == ".json" and path.is_file():
+        saved = json.loads(path.read_text())
+        return {tuple(key.split("/", 1)): row for key, row in saved["rows"].items()}
+    return per_op(load(path))
 
 
 def per_op(records: list[dict]) -> dict[tuple[str, str], dict]:
@@ -106,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         print("$ " + " ".join(cmd), flush=True)
         subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False)
         args.source = out
-    rows = per_op(load(args.source))
-    before = per_op(load(args.before)) if args.before else None
+    rows = rows_from(args.source)
+    before = rows_from(args.before) if args.before else None
     if args.json:
-        print(json.dumps({f"{b}/{o}": row for (b, o), row in rows.items()}))
+        print(json.dumps({"source": str(args.source), "rows": {f"{b}/{o}": row for (b, o), row in rows.items()}}))
     else:
         print("\n".join(render(rows, before)))
     return 0
