@@ -6,7 +6,8 @@ Phases (seconds, summed over every example of a test, shrinking and diagnosis in
 - guard: the engine's purity checks around the call in the worker (input copies, aliasing, conversion);
 - transport: the rest of each worker round trip (pickling arrays both ways, the pipe);
 - compare: the suite's checks (`Harness.expect`);
-- other: the remainder of the test's duration (drawing cases with Hypothesis, shrinking, reports).
+- other: the remainder of the test's duration (drawing cases with Hypothesis, shrinking, a failure's
+  diagnosis re-runs, reproducers).
 `benchmarks/engine_throughput.py` sums them per op.
 """
 from __future__ import annotations
