@@ -31,12 +31,16 @@ _HOST_FLAG = "--xla_force_host_platform_device_count"
 #: at most INTERPRET_MAX_SHARDS, for the deadlock above, whatever count XLA_FLAGS set)
 SHARD_COUNTS = (2, 4, 8)
 INTERPRET_MAX_SHARDS = 2
-#: XLA's CPU compiler without LLVM's optimizations. An interpret-mode kernel is compiled once per shape and
-#: then runs a few times in a conformance run, and its compile is most of a test's time (profiled, jax
-#: 0.10.2, ssd_chunked_scan ci differential: 16 compiles 36 s, 25 runs 16 s); these two flags cut each
-#: compile by about a third (2.3 -> 1.5 s) without slowing the runs measurably. No fast-math: IEEE
-#: semantics are unchanged. Only XLA's CPU backend reads them (a TPU's Mosaic compile does not).
-CPU_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true")
+#: XLA CPU compile options for interpret mode. An interpret-mode kernel is compiled once per shape and then
+#: runs a few times in a conformance run, and its compile is most of a test's time, so these trade code
+#: speed for compile speed: LLVM without its optimizations, XLA's classic elemental emitters instead of its
+#: MLIR fusion emitters, one codegen module instead of a split for parallel codegen (two cores run two
+#: workers anyway). Measured with jax 0.10.2 on 2 cores, ci profile, 19 compiles each:
+#: ssd_chunked_scan differential 31.3 -> 17.0 s (compiles 18.6 -> 6.3 s), attention differential with
+#: sinks 26.0 -> 14.5 s (compiles 15.6 -> 5.0 s); without any of them a compile took ~1.5x longer still.
+#: None enables fast-math: IEEE semantics are unchanged. Only XLA's CPU backend reads them.
+CPU_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
+                     "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 
 
 def configure_host_xla(n: int = HOST_DEVICES) -> None:
