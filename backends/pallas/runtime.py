@@ -35,9 +35,10 @@ INTERPRET_MAX_SHARDS = 2
 #: runs a few times in a conformance run, and its compile is most of a test's time, so these trade code
 #: speed for compile speed: LLVM without its optimizations, XLA's classic elemental emitters instead of its
 #: MLIR fusion emitters, one codegen module instead of a split for parallel codegen (two cores run two
-#: workers anyway). Measured with jax 0.10.2 on 2 cores, ci profile, 19 compiles each:
-#: ssd_chunked_scan differential 31.3 -> 17.0 s (compiles 18.6 -> 6.3 s), attention differential with
-#: sinks 26.0 -> 14.5 s (compiles 15.6 -> 5.0 s); without any of them a compile took ~1.5x longer still.
+#: workers anyway). Measured with jax 0.10.2 on 2 cores, ci profile, 19 compiles each, against the two
+#: LLVM flags alone: ssd_chunked_scan differential 31.3 -> 17.0 s with the emitter flag (compiles 18.6 ->
+#: 6.3 s); attention differential with sinks 26.0 -> 16.8 s with it, 14.5 s with all four (compiles 15.6 ->
+#: 5.0 s). With no flag a compile took ~1.4 s (16 compiles, 21.8 s).
 #: None enables fast-math: IEEE semantics are unchanged. Only XLA's CPU backend reads them.
 CPU_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true",
                      "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
