@@ -155,8 +155,9 @@ def pytest_xdist_make_scheduler(config, log):
     largest first, instead of test by test: every test of a backend's op then runs in one worker process,
     which compiles each of its kernel shapes once (a JIT backend's compiled kernels live per process; jax
     cannot store interpret-mode Pallas executables in its persistent cache, they hold host callbacks).
-    Project test runs (no --kvc-backend) keep xdist's own scheduler."""
-    if not config.getoption("kvc_backend"):
+    Project test runs (no --kvc-backend) and an explicit `--dist` other than xdist's default keep xdist's
+    own scheduler."""
+    if not config.getoption("kvc_backend") or config.getoption("dist", "load") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
