@@ -23,7 +23,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-PHASES = ("reference", "backend", "guard", "transport", "compare", "other")
+from kvconform.conformance.timing import PHASES
 
 
 def load(path: Path) -> list[dict]:

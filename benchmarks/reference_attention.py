@@ -16,7 +16,6 @@ script with OPENBLAS_NUM_THREADS=N (and OMP_NUM_THREADS=N) for both measurements
 """
 from __future__ import annotations
 
-
 import ml_dtypes
 import numpy as np
 
@@ -88,6 +87,7 @@ def main() -> None:
             print_result(name, result["shape"], result, args.repeats, goal=" (goal >= 40%)")
             print(f"  inputs {result['input_mib']:.0f} MiB (memory goal < 1024 MiB extra)")
     report_machine(results, args.json)
+
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,6 @@ same run (benchmarks/matmul_ratio.py), and the peak extra memory.
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from matmul_ratio import measure, parse_args, print_result, report_machine
@@ -69,6 +68,7 @@ def main() -> None:
         if not args.json:
             print_result(name, shape, result, args.repeats)
     report_machine(results, args.json)
+
 
 if __name__ == "__main__":
     main()

@@ -4,8 +4,8 @@ equals the reference, compared through the suite's checks (spec/numerics.md NU-P
 The backend runs where the suite runs it, in a worker process: `make_backend()` asks XLA for several CPU
 devices before jax is imported there, which this test process (jax may already be imported) cannot do.
 Cases: one KV head per shard with sinks and scores (the psum), and two KV heads per shard with a
-non-power-of-two group and per-KV-head scales, over the 2 devices the backend asks for on CPU. The drawn cases are the conformance suite's
-`head_sharding` column; these two stay as a fast kernel check."""
+non-power-of-two group and per-KV-head scales, over the 2 devices the backend asks for on CPU. The drawn
+cases are the conformance suite's `head_sharding` column; these two stay as a fast kernel check."""
 from __future__ import annotations
 
 import numpy as np
