@@ -1,9 +1,10 @@
 """Speed of the NumPy reference recurrent ops on one long sequence (not a test; issue 16: measure only).
 
   ssd_chunked_scan: Mamba2 (SSD) prefill, T 4096 tokens, H 32 heads, P 64, N 128, G 1, chunk 64.
-      FLOPs counted: the chunked closed form's products, 2 per multiply-add: C B^T (Q^2 H N), the
-      intra-chunk output (Q^2 H P), the inter-chunk output C S (Q H P N) and the state update (Q H P N)
-      per chunk of Q tokens.
+      FLOPs counted: the chunked closed form's products, 2 per multiply-add: C B^T (Q^2 G N, once per
+      group: its heads share B and C), the intra-chunk output (Q^2 H P), the inter-chunk output C S
+      (Q H P N) and the state update (Q H P N) per chunk of Q tokens. (Before issue 16's rewrite the
+      reference formed C B^T per head and this counted Q^2 H N.)
   rwkv6_wkv: RWKV6 time mixing, T 2048 tokens, H 32 heads, K = V = 64.
       FLOPs counted: 6 K V per token and head (the outer product k v^T, the read r^T (S + diag(u) k v^T),
       the update diag(w) S + k v^T), 2 per multiply-add.
@@ -35,7 +36,7 @@ def ssd_case(seed: int = 0):
                 C=rng.standard_normal((T, G, N), dtype=np.float32),
                 cu_seqlens=np.array([0, T], dtype=np.int32), chunk_size=Q)
     chunks = -(-T // Q)
-    flops = 2 * chunks * (Q * Q * H * (N + P) + 2 * Q * H * P * N)
+    flops = 2 * chunks * (Q * Q * (G * N + H * P) + 2 * Q * H * P * N)
     return (lambda: ssd_chunked_scan(**args)), flops, "T {T}, H {H}, P {P}, N {N}, G {G}, chunk {chunk}".format(**SSD)
 
 

@@ -1,5 +1,5 @@
 """Sums in a pinned order, so the reference's result for one sequence is bitwise independent of what else
-is in the batch (spec/recurrent.md RS-8: the reference reduces in increasing index order)."""
+is in the batch (spec/recurrent.md RS-8: a sequence's arithmetic does not depend on the batch)."""
 from __future__ import annotations
 
 import numpy as np

@@ -6,7 +6,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..validation import check_shape, float_input
-from .reductions import ordered_sum
 from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
 from .varlen import cu_seqlens_input
 
@@ -61,7 +60,9 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
         S = S_all[s]
         for t in range(int(cu[s]), int(cu[s + 1])):
             kv = k[t][:, :, None] * v[t][:, None, :]              # [H, K, V]
-            out[t] = ordered_sum(r[t][:, :, None] * (S + u[:, :, None] * kv), axis=1)
+            # r^T (S + diag(u) k v^T) = r^T S + (r . (u * k)) v: the read is a product per head ([1, K] @
+            # [K, V], BLAS), whose order is free (RS-8) and the same for a sequence whatever the batch (RS-7)
+            out[t] = (r[t][:, None, :] @ S)[:, 0] + np.sum(r[t] * u * k[t], axis=1)[:, None] * v[t]
             S = w[t][:, :, None] * S + kv
         S_all[s] = S
     return WKV6(out, scatter_rows(call.state, idx, S_all))

@@ -13,7 +13,7 @@ import numpy as np
 from ..validation import int_scalar
 from .activations import silu
 from .args import bool_flag, mamba2_inputs, mamba2_options
-from .selective_state import effective_dt, head_groups
+from .selective_state import effective_dt
 from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
 from .varlen import cu_seqlens_input
 
@@ -85,8 +85,8 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
     tokens, seqs = xa.shape[0], cu.shape[0] - 1
     chunk, k_snap = call.chunk_size, call.num_snapshots
     dtp = effective_dt(call.dt, call.dt_bias, call.dt_softplus)
-    g = head_groups(heads, call.B.shape[1])
-    Bh, Ch = call.B[:, g], call.C[:, g]                           # [T, H, N]
+    groups = call.B.shape[1]
+    per_group = heads // groups                                   # head h reads group h // per_group (RS-16)
 
     start = gather_rows(pool, idx, call.has_initial_state)        # [S, H, P, N]
     final = np.zeros_like(start)
@@ -96,22 +96,29 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
         if idx[s] < 0:
             continue
         lo, hi = int(cu[s]), int(cu[s + 1])
-        # Snapshot r is the state after token (L - r); r = L is the starting state itself.
         length = hi - lo
+        # The sequence's tokens with (group, head in group) leading, tokens second to last: each chunk's
+        # sums are then matrix products per head, and B, C are shared by the heads of their group.
+        x_g = np.ascontiguousarray(xa[lo:hi].transpose(1, 0, 2)).reshape(groups, per_group, length, p)
+        dt_g = np.ascontiguousarray(dtp[lo:hi].T).reshape(groups, per_group, length)
+        A_g = Aa.reshape(groups, per_group)
+        B_g = np.ascontiguousarray(call.B[lo:hi].transpose(1, 0, 2))[:, None]   # [G, 1, L, N]
+        C_g = np.ascontiguousarray(call.C[lo:hi].transpose(1, 0, 2))[:, None]
+        # Snapshot r is the state after token (L - r); r = L is the starting state itself.
         wanted = {length - r: r for r in range(min(k_snap, length + 1))}
         snaps[s, length + 1:] = np.nan
-        S = start[s]
+        S = start[s].reshape(groups, per_group, p, n)
         if 0 in wanted:
-            snaps[s, wanted[0]] = S
-        for c0 in range(lo, hi, chunk):
-            c1 = min(c0 + chunk, hi)
-            y, S_end, at = _chunk(S, xa[c0:c1], dtp[c0:c1], Aa, Bh[c0:c1], Ch[c0:c1],
-                                  [t - (c0 - lo) for t in wanted if c0 - lo < t <= c1 - lo])
-            out[c0:c1] = y
+            snaps[s, wanted[0]] = start[s]
+        for c0 in range(0, length, chunk):
+            c1 = min(c0 + chunk, length)
+            y, S_end, at = _chunk(S, x_g[..., c0:c1, :], dt_g[..., c0:c1], A_g, B_g[..., c0:c1, :],
+                                  C_g[..., c0:c1, :], [t - c0 for t in wanted if c0 < t <= c1])
+            out[lo + c0:lo + c1] = y.reshape(heads, c1 - c0, p).transpose(1, 0, 2)
             for t_rel, S_t in at.items():
-                snaps[s, wanted[t_rel + (c0 - lo)]] = S_t
+                snaps[s, wanted[t_rel + c0]] = S_t.reshape(heads, p, n)
             S = S_end
-        final[s] = S
+        final[s] = S.reshape(heads, p, n)
     if call.D is not None:
         out = out + call.D[None, :, None] * xa
     if call.z is not None:
@@ -144,25 +151,30 @@ def validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=6
                        k_snap)
 
 
-def _chunk(S, x, dt, A, Bh, Ch, want):
-    """One chunk in closed form (RS-18). S [H,P,N]; x [Q,H,P]; dt [Q,H] (dt'); Bh, Ch [Q,H,N].
+def _chunk(S, x, dt, A, B, C, want):
+    """One chunk in closed form (RS-18), with leading axes (G groups, H/G heads per group):
+    S [G,Hg,P,N]; x [G,Hg,Q,P]; dt [G,Hg,Q] (dt'); A [G,Hg]; B, C [G,1,Q,N] (shared by a group's heads).
 
     cs_i = sum_{k<=i} dt_k A (per head); the decay from token j to token i >= j is exp(cs_i - cs_j).
-    Returns (y without D/z [Q,H,P], state after the chunk, {t: state after the chunk's first t tokens}
+    The sums are matrix products over the two trailing axes (`@`, run by BLAS): their order is free
+    (RS-8) and fixed by this chunk's shapes alone, so a sequence gets the same bits whatever else is in
+    the batch (RS-7).
+    Returns (y without D/z [G,Hg,Q,P], state after the chunk, {t: state after the chunk's first t tokens}
     for t in `want`).
     """
-    q = x.shape[0]
-    cs = np.cumsum(dt * A[None], axis=0)                          # [Q, H]
-    causal = np.tril(np.ones((q, q), dtype=bool))[:, :, None]     # [i, j, 1]
-    seg = np.where(causal, cs[:, None, :] - cs[None, :, :], -np.inf)
-    decay = np.exp(seg)                                           # [i, j, H], 0 above the diagonal
-    cb = np.einsum("ihn,jhn->ijh", Ch, Bh)
-    y_intra = np.einsum("ijh,jh,jhp->ihp", cb * decay, dt, x)
-    y_inter = np.einsum("hpn,ihn->ihp", S, Ch) * np.exp(cs)[:, :, None]
+    q = x.shape[-2]
+    cs = np.cumsum(dt * A[..., None], axis=-1)                    # [G, Hg, Q]
+    causal = np.tril(np.ones((q, q), dtype=bool))                 # [i, j]
+    seg = cs[..., :, None] - cs[..., None, :]                     # [G, Hg, i, j]
+    decay = np.exp(seg, out=np.zeros_like(seg), where=causal)     # 0 above the diagonal
+    cb = C @ B.swapaxes(-1, -2)                                   # [G, 1, i, j] = C_i . B_j
+    y_intra = (cb * decay * dt[..., None, :]) @ x                 # [G, Hg, Q, P]
+    y_inter = (C @ S.swapaxes(-1, -2)) * np.exp(cs)[..., None]
 
     def state_after(t):  # t tokens of the chunk absorbed, 1 <= t <= Q
-        w = np.exp(cs[t - 1][None, :] - cs[:t]) * dt[:t]          # [t, H]
-        return np.exp(cs[t - 1])[:, None, None] * S + np.einsum("jh,jhp,jhn->hpn", w, x[:t], Bh[:t])
+        w = np.exp(cs[..., t - 1, None] - cs[..., :t]) * dt[..., :t]           # [G, Hg, t]
+        absorbed = (w[..., None] * x[..., :t, :]).swapaxes(-1, -2) @ B[..., :t, :]   # [G, Hg, P, N]
+        return np.exp(cs[..., t - 1])[..., None, None] * S + absorbed
 
     return y_intra + y_inter, state_after(q), {t: state_after(t) for t in want}
 

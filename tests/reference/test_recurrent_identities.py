@@ -70,7 +70,7 @@ def test_rs18_split_prefill_carrying_state(length, cuts, chunk, seed):
 @given(cu=packed_lengths(max_seqs=4), seed=st.integers(0, 2**31), shift=st.integers(1, 3))
 def test_rs7_ssd_no_leakage_alone_vs_packed_order_and_slot(cu, seed, shift):
     """RS-7: a sequence's results do not depend on the other sequences, their order, padding or its slot
-    (bitwise for the reference, whose sums run in a pinned order: RS-8)."""
+    (bitwise for the reference, whose arithmetic for a sequence does not depend on the batch: RS-8)."""
     rng = np.random.default_rng(seed)
     seqs = len(cu) - 1
     num_slots = seqs + 4
