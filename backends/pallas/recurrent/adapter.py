@@ -22,8 +22,10 @@ from ..runtime import interpret_params, kernel
 F32 = np.float32
 #: VMEM budget of one head block's working set (bytes); the head block is the largest that fits
 HEAD_BLOCK_BYTES = 2 ** 20
-#: floors of the count buckets: Hypothesis' batches and sequence counts (1..3) all share one bucket
-MIN_ROWS, MIN_TOKENS = 4, 128
+#: floors of the count buckets: Hypothesis' batches and sequence counts (1..3) all share one bucket, and
+#: pools of up to 8 slots one pool shape. The pool is aliased to the new pool and only the rows of live
+#: slots are DMA'd, so padding slots cost the copy into the padded array, not kernel work.
+MIN_ROWS, MIN_TOKENS, MIN_SLOTS = 4, 128, 8
 
 
 def _slots(idx: np.ndarray, rows: int) -> np.ndarray:
@@ -61,7 +63,7 @@ def causal_conv1d_update(call: ConvUpdateCall) -> ConvUpdate:
     width = call.weight.shape[1]
     require(width >= 2, f"weight must have W >= 2 taps for the Pallas kernel (a [C, W-1] state row "
                         f"is DMA'd per slot), got shape {call.weight.shape}")
-    rows, channels, slots = pow2(B, MIN_ROWS), sublanes(C), pow2(pool.shape[0])
+    rows, channels, slots = pow2(B, MIN_ROWS), sublanes(C), pow2(pool.shape[0], MIN_SLOTS)
     bias = np.zeros(C) if call.bias is None else call.bias
     out, new_pool = kernel("conv1d")(
         embed(call.x, (rows, T, channels)), embed(pool, (slots, channels, width - 1)),
@@ -105,7 +107,7 @@ def selective_state_update(call: SelectiveStateCall) -> SelectiveStateUpdate:
         return np.zeros((hp,) + tail, F32) if a is None else embed(heads.pad(a, 0), (hp,) + tail)
 
     pool4 = pool.reshape(num_slots, -1, p, n)
-    slots = pow2(num_slots)
+    slots = pow2(num_slots, MIN_SLOTS)
     pool_k = embed(heads.pad(pool4, 1), (slots, hp, pp, nn))
     hb = _head_block(heads.padded_per_group, pp * nn * 4)
     out, new_pool = kernel("selective_state")(
@@ -151,7 +153,7 @@ def ssd_chunked_scan(call: SSDScanCall) -> SSDScan:
     result = kernel("ssd_scan")(
         x_k, head_major(call.dt, ()), head_major(call.B, (nn,), True), head_major(call.C, (nn,), True),
         x_k if call.z is None else head_major(call.z, (pp,)), column(call.A), column(call.dt_bias),
-        column(call.D), embed(heads.pad(pool, 1), (pow2(num_slots), hp, pp, nn)), cu_k, slots, init,
+        column(call.D), embed(heads.pad(pool, 1), (pow2(num_slots, MIN_SLOTS), hp, pp, nn)), cu_k, slots, init,
         chunk=Q, num_chunks=nc, heads_per_block=hb, num_snapshots=K, softplus_dt=call.dt_softplus,
         gate=call.z is not None, interpret=interpret_params())
     # chunk-major [S' * nc, H', Q, P'] -> per sequence [S', nc * Q, H', P'] -> packed tokens
@@ -189,7 +191,7 @@ def rwkv6_wkv(call: WKV6Call) -> WKV6:
     hb = _head_block(hp, kk * vv * 4)
     out, new_pool = kernel("rwkv6")(
         padded(call.r, kk), padded(call.k, kk), padded(call.v, vv), padded(call.w, kk),
-        embed(heads.pad(call.u, 0), (hp, kk)), embed(heads.pad(pool, 1), (pow2(num_slots), hp, kk, vv)),
+        embed(heads.pad(call.u, 0), (hp, kk)), embed(heads.pad(pool, 1), (pow2(num_slots, MIN_SLOTS), hp, kk, vv)),
         cu_k, slots, init, window=Q, num_windows=nc, heads_per_block=hb, interpret=interpret_params())
     per_seq = np.asarray(out).reshape(s_pad, nc * Q, hp, vv)
     out = heads.unpad(_unpack(per_seq, cu)[:, :, :dv], 1)
@@ -217,7 +219,7 @@ def gated_delta_rule_update(call: GatedDeltaCall) -> GatedDeltaUpdate:
     out, new_pool = kernel("gated_delta_update")(
         qk(call.q), qk(call.k), per_head(call.v, (vv,)), per_head(call.g[:, :, None], (1,)),
         per_head(call.beta[:, :, None], (1,)), np.full((1, 1), call.scale, F32),
-        embed(heads.pad(pool, 1), (pow2(num_slots), hp, kk, vv)), _slots(call.state_indices, rows),
+        embed(heads.pad(pool, 1), (pow2(num_slots, MIN_SLOTS), hp, kk, vv)), _slots(call.state_indices, rows),
         heads_per_block=hb, norm=call.use_qk_l2norm, interpret=interpret_params())
     out = heads.unpad(np.asarray(out)[:batch, :, :dv], 1)
     new_pool = heads.unpad(np.asarray(new_pool)[:num_slots, :, :dk, :dv], 1).astype(pool.dtype)
@@ -250,7 +252,7 @@ def gated_delta_rule_chunked(call: GatedDeltaCall) -> GatedDeltaScan:
     hb = _head_block(heads.padded_per_group, (kk * vv + 3 * Q * Q + 2 * Q * vv) * 4)
     out, new_pool = kernel("gated_delta_chunked")(
         qk(call.q), qk(call.k), per_head(call.v, (vv,)), per_head(call.g, ()), per_head(call.beta, ()),
-        np.full((1, 1), call.scale, F32), embed(heads.pad(pool, 1), (pow2(num_slots), hp, kk, vv)),
+        np.full((1, 1), call.scale, F32), embed(heads.pad(pool, 1), (pow2(num_slots, MIN_SLOTS), hp, kk, vv)),
         cu_k, slots, init, chunk=Q, num_chunks=nc, heads_per_block=hb, norm=call.use_qk_l2norm,
         interpret=interpret_params())
     per_seq = np.asarray(out).reshape(s_pad, nc * Q, hp, vv)
