@@ -91,10 +91,13 @@ def main(argv: list[str]) -> None:
     else:
         # worksteal: an idle worker takes queued tests from the busy one (the mutant meta-tests run
         # 15-130 s each, and xdist's default hand-out left one core idle for minutes at the end)
+        # the host's speed varies ~2x from day to day: the readings before and after date the timings below
+        step("machine speed", [PY, "benchmarks/machine_speed.py"])
         step("project tests", [PY, "-m", "pytest", "-n", "2", "--dist", "worksteal", "-q", "tests"])
         step("conformance gate (ci profile: numpy, triton and pallas backends)",
              [kvconform, "run", "--backend", "numpy", "--backend", "triton", "--backend", "pallas",
               "--profile", "ci", "--jobs", "2", "--out", "ci-out"])
+        step("machine speed", [PY, "benchmarks/machine_speed.py"])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Engine throughput (issue 16): every result says where its seconds went, `--jobs` keeps a test module's
-tests of one backend in one process (so a JIT backend compiles each kernel shape once), and the benchmark
-reads a run's records."""
+tests of one backend in one process (so a JIT backend compiles each kernel shape once), the benchmark
+reads a run's records, and the machine-speed yardstick the CI logs around its timings runs."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections import defaultdict
@@ -69,3 +70,14 @@ def test_throughput_benchmark_reads_a_run(cli, tmp_path):
     # seconds are printed to 0.1 s, the rate to 0.01
     assert examples / (seconds + 0.05) - 0.01 <= rate <= examples / max(seconds - 0.05, 1e-3) + 0.01
     assert cells[-1] == "1.00x"   # against itself
+
+
+def test_machine_speed_reads_both_yardsticks():
+    """The CI's first and last step: positive rates for both workloads, as JSON and as the logged line."""
+    script = str(ROOT / "benchmarks" / "machine_speed.py")
+    proc = subprocess.run([sys.executable, script, "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    reading = json.loads(proc.stdout)
+    assert reading["python_mits"] > 0 and reading["matmul_gflops_1thread"] > 0 and reading["cpus"] >= 1
+    line = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120).stdout
+    assert line.startswith("machine speed: python ") and "GFLOP/s (1 thread)" in line
