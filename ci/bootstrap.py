@@ -1,7 +1,8 @@
 """Set up kvconform on a machine with nothing but Python, then run the main job or the tests.
 
     python3 ci/bootstrap.py report   # conformance report over every backend that runs here -> kvconform-out/
-    python3 ci/bootstrap.py test     # the project's tests, then the ci-profile conformance gate (numpy, triton, pallas)
+    python3 ci/bootstrap.py test     # the project's tests, then the ci-profile conformance gate (numpy, triton, pallas),
+                                     # between two readings of the machine's speed (benchmarks/machine_speed.py)
 
 Creates `.venv/` beside this repository (reused when its install stamp matches the constraints), installs
 the package editable with every extra, pinned by `ci/constraints.txt`. Uses only the standard library so it
