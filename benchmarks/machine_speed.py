@@ -1,15 +1,17 @@
 """How fast this machine is right now, in two fixed workloads (issue 16: timings need a yardstick).
 
-The same 2-core machine ran the CI gate in 5.6 min on one day and in 11.7 min on another with the same
-code (2026-11-25; every op 1.8-2.7x slower, uniformly): the host, not the suite, changed. So the CI prints
-this line first, and the README quotes it beside every wall time it gives. A time measured at another
+On 2026-11-25 the same 2-core machine ran the CI gate of the same code (988a4f7) in 11.7 min in the
+afternoon (a fresh clone of 99f2022, the same engine) and in 5.6 min that evening, every op 1.3-2.7x faster:
+the host changed, not the suite. So the CI prints this line before its tests and after its gate, and the
+README quotes it beside the wall times it gives. A time measured at another
 reading scales roughly with the Python rate (the gate is interpreter- and compiler-bound, one thread per
 worker).
 
   python:  a fixed pure-Python loop (integer and float arithmetic, a dict, a list), one thread,
            in millions of loop iterations per second (best of 5; it varies by tens of percent from one
            second to the next on a shared host, which is why the CI reads it before and after);
-  matmul:  float64 GEMM of 1024 x 1024 matrices with one BLAS thread, GFLOP/s (best of 3).
+  matmul:  float64 GEMM of 1024 x 1024 matrices with one BLAS thread (threadpoolctl; without it, BLAS's
+           default threads, and the line says so), GFLOP/s (best of 3).
 
     .venv/bin/python benchmarks/machine_speed.py [--json]
 """
@@ -39,16 +41,18 @@ def python_rate(iterations: int = ITERATIONS) -> float:
     return iterations / best / 1e6
 
 
-def matmul_rate() -> float:
-    """float64 GEMM GFLOP/s with one BLAS thread (threadpoolctl when installed, else the env as is)."""
+def matmul_rate() -> tuple[float, bool]:
+    """(float64 GEMM GFLOP/s, whether BLAS was held to one thread): one thread through threadpoolctl when
+    it is installed, else however many threads BLAS started with."""
+    import contextlib
+
     import numpy as np
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # the rate then uses however many threads BLAS was started with
-        import contextlib
-        limits = contextlib.nullcontext()
+    except ImportError:
+        limits, one_thread = contextlib.nullcontext(), False
     else:
-        limits = threadpool_limits(1, user_api="blas")
+        limits, one_thread = threadpool_limits(1, user_api="blas"), True
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((GEMM_N, GEMM_N)), rng.standard_normal((GEMM_N, GEMM_N))
     best = float("inf")
@@ -58,20 +62,23 @@ def matmul_rate() -> float:
             t0 = time.perf_counter()
             a @ b
             best = min(best, time.perf_counter() - t0)
-    return 2 * GEMM_N ** 3 / best / 1e9
+    return 2 * GEMM_N ** 3 / best / 1e9, one_thread
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    reading = {"python_mits": round(python_rate(), 2), "matmul_gflops_1thread": round(matmul_rate(), 1),
-               "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2)}
+    gflops, one_thread = matmul_rate()
+    reading = {"python_mits": round(python_rate(), 2), "matmul_gflops": round(gflops, 1),
+               "matmul_one_thread": one_thread, "cpus": os.cpu_count(),
+               "load_average_1min": round(os.getloadavg()[0], 2)}
     if args.json:
         print(json.dumps(reading))
     else:
+        threads = "1 thread" if one_thread else "BLAS's default threads"
         print(f"machine speed: python {reading['python_mits']:.1f} M loop iterations/s, float64 matmul "
-              f"{reading['matmul_gflops_1thread']:.1f} GFLOP/s (1 thread), {reading['cpus']} CPUs, "
+              f"{reading['matmul_gflops']:.1f} GFLOP/s ({threads}), {reading['cpus']} CPUs, "
               f"load average {reading['load_average_1min']:.1f}")
 
 

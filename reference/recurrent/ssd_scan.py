@@ -155,10 +155,10 @@ def _chunk(S, x, dt, A, B, C, want):
     """One chunk in closed form (RS-18), with leading axes (G groups, H/G heads per group):
     S [G,Hg,P,N]; x [G,Hg,Q,P]; dt [G,Hg,Q] (dt'); A [G,Hg]; B, C [G,1,Q,N] (shared by a group's heads).
 
-    cs_i = sum_{k<=i} dt_k A (per head); the decay from token j to token i >= j is exp(cs_i - cs_j).
-    The sums are matrix products over the two trailing axes (`@`, run by BLAS): their order is free
-    (RS-8) and fixed by this chunk's shapes alone, so a sequence gets the same bits whatever else is in
-    the batch (RS-7).
+    cs_i = sum_{k<=i} dt_k A (per head, np.cumsum); the decay from token j to token i >= j is
+    exp(cs_i - cs_j). The products over tokens and state columns are matrix products over the two trailing
+    axes (`@`, run by BLAS): their order is free (RS-8) and fixed by this chunk's shapes alone, so a
+    sequence gets the same bits whatever else is in the batch (RS-7).
     Returns (y without D/z [G,Hg,Q,P], state after the chunk, {t: state after the chunk's first t tokens}
     for t in `want`).
     """

@@ -56,7 +56,7 @@ def _unpack(per_seq: np.ndarray, cu: np.ndarray) -> np.ndarray:
 
 
 def causal_conv1d_update(call: ConvUpdateCall) -> ConvUpdate:
-    """RS-10 .. RS-12. Pads batch rows to pow2(B, 4), channels to 8-row tiles, slots to a power of two;
+    """RS-10 .. RS-12. Pads batch rows to pow2(B, 4), channels to 8-row tiles, slots to a power of two >= MIN_SLOTS;
     padded channels have zero taps and bias. The kernel DMAs a [C, W-1] state row per slot, so W >= 2."""
     pool = call.conv_state
     B, T, C = call.x.shape
