@@ -163,7 +163,7 @@ def _jitted(name: str):
     if name == "ssd_scan":
         from .recurrent.ssd_scan import ssd_scan_kernel
         return jax.jit(ssd_scan_kernel, static_argnames=("chunk", "num_chunks", "heads_per_block", "num_snapshots",
-                                                         "softplus_dt", "gate", "interpret"))
+                                                         "interpret"))
     if name == "rwkv6":
         from .recurrent.rwkv6 import rwkv6_kernel
         return jax.jit(rwkv6_kernel, static_argnames=("window", "num_windows", "heads_per_block", "interpret"))

@@ -154,8 +154,8 @@ def ssd_chunked_scan(call: SSDScanCall) -> SSDScan:
         x_k, head_major(call.dt, ()), head_major(call.B, (nn,), True), head_major(call.C, (nn,), True),
         x_k if call.z is None else head_major(call.z, (pp,)), column(call.A), column(call.dt_bias),
         column(call.D), embed(heads.pad(pool, 1), (pow2(num_slots, MIN_SLOTS), hp, pp, nn)), cu_k, slots, init,
-        chunk=Q, num_chunks=nc, heads_per_block=hb, num_snapshots=K, softplus_dt=call.dt_softplus,
-        gate=call.z is not None, interpret=interpret_params())
+        np.array([call.z is not None, call.dt_softplus], np.int32),
+        chunk=Q, num_chunks=nc, heads_per_block=hb, num_snapshots=K, interpret=interpret_params())
     # chunk-major [S' * nc, H', Q, P'] -> per sequence [S', nc * Q, H', P'] -> packed tokens
     per_seq = np.asarray(result[0]).reshape(s_pad, nc, hp, Q, pp).transpose(0, 1, 3, 2, 4)
     out = heads.unpad(_unpack(per_seq.reshape(s_pad, nc * Q, hp, pp), cu)[:, :, :p], 1)

@@ -2,7 +2,10 @@
 (spec/recurrent.md RS-2 .. RS-6, RS-16 .. RS-19).
 
 Kernel shape: grid (sequences, head blocks, chunks), the chunk axis innermost and sequential. `cu_seqlens`,
-`state_indices` and `has_initial_state` are scalar-prefetched into SMEM. Token data stays in HBM
+`state_indices`, `has_initial_state` and the two option flags (gate z present, softplus on dt) are
+scalar-prefetched into SMEM: the options are runtime values, not compile-time ones, so one compiled kernel
+serves all four combinations (in interpret mode every distinct kernel is a compile of ~0.5 s; on a TPU the
+flags cost a scalar branch around the z DMA and a select per chunk). Token data stays in HBM
 (memory_space=ANY) in head-major packed layouts (x, z: [H, T, P]; dt: [H, T]; B, C: [G, T, N]); step
 (s, j, c) DMAs the Q-token window that starts at `cu_seqlens[s] + c * Q` (chunks start at each sequence's
 first token and never cross into the next one: tokens past the sequence end are masked out by selection).
@@ -37,10 +40,12 @@ from .selective_state import silu, softplus
 _HI = lax.Precision.HIGHEST
 
 
-def ssd_scan_kernel(x, dt, B, C, z, A, dt_bias, D, pool, cu, slots, init, *, chunk: int, num_chunks: int,
-                    heads_per_block: int, num_snapshots: int, softplus_dt: bool, gate: bool, interpret):
+def ssd_scan_kernel(x, dt, B, C, z, A, dt_bias, D, pool, cu, slots, init, flags, *, chunk: int, num_chunks: int,
+                    heads_per_block: int, num_snapshots: int, interpret):
     """x, z: f32[H, Tp, P]; dt: f32[H, Tp]; B, C: f32[G, Tp, N]; A, dt_bias, D: f32[H, 1];
-    pool: f32[num_slots, H, P, N]; cu: i32[S+1]; slots: i32[S] (-1 = padding); init: i32[S] (0 = fresh).
+    pool: f32[num_slots, H, P, N]; cu: i32[S+1]; slots: i32[S] (-1 = padding); init: i32[S] (0 = fresh);
+    flags: i32[2] = (gate: multiply by silu(z), softplus: dt' = softplus(dt + dt_bias)), 0 or 1 each
+    (z is never read when the gate is off).
     Tp >= T + chunk (zero padding, so every chunk window is in bounds). heads_per_block divides H // G.
     Returns (out f32[S * num_chunks, H, chunk, P] chunk-major, pool[, snapshots f32[S, K, H, P, N]])."""
     H, Tp, P = x.shape
@@ -60,7 +65,7 @@ def ssd_scan_kernel(x, dt, B, C, z, A, dt_bias, D, pool, cu, slots, init, *, chu
         out_specs.append(pl.BlockSpec((1, K, hb, P, N), lambda s, j, c, *_: (s, 0, j, 0, 0)))
         out_shape.append(jax.ShapeDtypeStruct((S, K, H, P, N), pool.dtype))
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=3, grid=(S, H // hb, nc),
+        num_scalar_prefetch=4, grid=(S, H // hb, nc),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)] * 5                      # x, dt, B, C, z (HBM)
         + [pl.BlockSpec((hb, 1), head_block)] * 3                             # A, dt_bias, D
         + [pl.BlockSpec(memory_space=pl.ANY)],                                # pool (HBM)
@@ -73,18 +78,17 @@ def ssd_scan_kernel(x, dt, B, C, z, A, dt_bias, D, pool, cu, slots, init, *, chu
                         pltpu.VMEM((hb, Q, P), jnp.float32),                  # z window
                         pltpu.VMEM((max(Q if K else 1, 1), hb, P, N), jnp.float32),  # per-token states
                         pltpu.SemaphoreType.DMA((6,))])
-    kernel = functools.partial(_kernel, hb=hb, Q=Q, nc=nc, K=K, per_group=H // G, softplus_dt=softplus_dt,
-                               gate=gate)
+    kernel = functools.partial(_kernel, hb=hb, Q=Q, nc=nc, K=K, per_group=H // G)
     call = pl.pallas_call(kernel, grid_spec=grid_spec, out_shape=out_shape,
-                          input_output_aliases={11: 1}, interpret=interpret,
+                          input_output_aliases={12: 1}, interpret=interpret,
                           # the chunk axis carries the state in scratch: it must run in order
                           compiler_params=pltpu.CompilerParams(
                               dimension_semantics=("parallel", "parallel", "arbitrary")))
-    return call(cu, slots, init, x, dt, B, C, z, A, dt_bias, D, pool)
+    return call(cu, slots, init, flags, x, dt, B, C, z, A, dt_bias, D, pool)
 
 
-def _kernel(cu_ref, slots_ref, init_ref, x_hbm, dt_hbm, b_hbm, c_hbm, z_hbm, a_ref, bias_ref, d_ref, pool_in,
-            o_ref, pool_out, *rest, hb, Q, nc, K, per_group, softplus_dt, gate):
+def _kernel(cu_ref, slots_ref, init_ref, flags_ref, x_hbm, dt_hbm, b_hbm, c_hbm, z_hbm, a_ref, bias_ref, d_ref,
+            pool_in, o_ref, pool_out, *rest, hb, Q, nc, K, per_group):
     del pool_in  # aliased to pool_out
     if K:
         snap_ref, state, xbuf, dtbuf, bbuf, cbuf, zbuf, stbuf, sems = rest
@@ -99,6 +103,7 @@ def _kernel(cu_ref, slots_ref, init_ref, x_hbm, dt_hbm, b_hbm, c_hbm, z_hbm, a_r
     h0 = j * hb
     g = h0 // per_group
     rows = pool_out.at[slot, pl.ds(h0, hb)]                         # [hb, P, N] in HBM
+    gated, softplus_dt = flags_ref[0] != 0, flags_ref[1] != 0
 
     @pl.when(c == 0)
     def _start():
@@ -127,17 +132,25 @@ def _kernel(cu_ref, slots_ref, init_ref, x_hbm, dt_hbm, b_hbm, c_hbm, z_hbm, a_r
                   pltpu.make_async_copy(dt_hbm.at[pl.ds(h0, hb), pl.ds(start, Q)], dtbuf, sems.at[2]),
                   pltpu.make_async_copy(b_hbm.at[g, pl.ds(start, Q)], bbuf, sems.at[3]),
                   pltpu.make_async_copy(c_hbm.at[g, pl.ds(start, Q)], cbuf, sems.at[4])]
-        if gate:
-            copies.append(pltpu.make_async_copy(z_hbm.at[pl.ds(h0, hb), pl.ds(start, Q)], zbuf, sems.at[5]))
+        z_copy = pltpu.make_async_copy(z_hbm.at[pl.ds(h0, hb), pl.ds(start, Q)], zbuf, sems.at[5])
         for cp in copies:
             cp.start()
+
+        @pl.when(gated)
+        def _start_z():
+            z_copy.start()
+
         for cp in copies:
             cp.wait()
+
+        @pl.when(gated)
+        def _wait_z():
+            z_copy.wait()
+
         tok = lax.broadcasted_iota(jnp.int32, (1, Q), 1)
         valid = tok < nvalid                                        # [1, Q]: tokens of this sequence
         dtp = dtbuf[...] + bias_ref[...]                            # [hb, Q]  RS-14
-        if softplus_dt:
-            dtp = softplus(dtp)
+        dtp = jnp.where(softplus_dt, softplus(dtp), dtp)
         dtp = jnp.where(valid, dtp, 0.0)                            # selected, so a masked NaN cannot leak
         x = jnp.where(valid[:, :, None], xbuf[...], 0.0)           # [hb, Q, P]
         Bq = jnp.where(valid[0][:, None], bbuf[...], 0.0)          # [Q, N]
@@ -155,8 +168,8 @@ def _kernel(cu_ref, slots_ref, init_ref, x_hbm, dt_hbm, b_hbm, c_hbm, z_hbm, a_r
         S_prev = state[...]
         y = y + jnp.exp(cs)[:, :, None] * jnp.einsum("in,hpn->hip", Cq, S_prev, precision=_HI)
         y = y + d_ref[...][:, :, None] * x
-        if gate:
-            y = y * silu(zbuf[...])
+        # without the gate zbuf was never filled: its value is selected away, never multiplied in
+        y = jnp.where(gated, y * silu(zbuf[...]), y)
         o_ref[0] = y
         last = cs[:, Q - 1]                                         # masked tokens add 0 to cs
         w_last = jnp.exp(last[:, None] - cs) * dtp                  # [hb, Q]
