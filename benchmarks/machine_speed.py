@@ -1,11 +1,11 @@
 """How fast this machine is right now, in two fixed workloads (issue 16: timings need a yardstick).
 
-On 2026-11-25 the same 2-core machine ran the CI gate of the same code (988a4f7) in 11.7 min in the
-afternoon (a fresh clone of 99f2022, the same engine) and in 5.6 min that evening, every op 1.3-2.7x faster:
-the host changed, not the suite. So the CI prints this line before its tests and after its gate, and the
-README quotes it beside the wall times it gives. A time measured at another
-reading scales roughly with the Python rate (the gate is interpreter- and compiler-bound, one thread per
-worker).
+On 2026-11-25 the same 2-core machine ran the CI gate of the same engine in 11.7 min in the afternoon (a
+fresh clone of 99f2022) and in 5.6 min that evening (988a4f7, which differs only in docs, tests and two
+small checks), every op 1.3-2.7x faster: the host changed, not the suite. So the CI prints this line before
+its tests and after its gate, and the README quotes it beside the wall times it gives. A time measured at
+another reading scales roughly with the Python rate (the gate is interpreter- and compiler-bound, one
+thread per worker).
 
   python:  a fixed pure-Python loop (integer and float arithmetic, a dict, a list), one thread,
            in millions of loop iterations per second (best of 5; it varies by tens of percent from one
