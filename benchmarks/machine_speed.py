@@ -23,7 +23,6 @@ import os
 import time
 
 ITERATIONS = 2_000_000
-GEMM_N = 1024
 
 
 def python_rate(iterations: int = ITERATIONS) -> float:
@@ -47,6 +46,8 @@ def matmul_rate() -> tuple[float, bool]:
     import contextlib
 
     import numpy as np
+
+    from matmul_ratio import GEMM_N, gemm_seconds
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
@@ -55,13 +56,9 @@ def matmul_rate() -> tuple[float, bool]:
         limits, one_thread = threadpool_limits(1, user_api="blas"), True
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((GEMM_N, GEMM_N)), rng.standard_normal((GEMM_N, GEMM_N))
-    best = float("inf")
     with limits:
-        a @ b
-        for _ in range(3):
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
+        gemm_seconds(a, b, 1)  # warm-up
+        best = gemm_seconds(a, b, 3)
     return 2 * GEMM_N ** 3 / best / 1e9, one_thread
 
 

@@ -54,7 +54,7 @@ def pin_blas_threads(threads: int | None) -> None:
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
-def _gemm_seconds(a: np.ndarray, b: np.ndarray, calls: int = 4) -> float:
+def gemm_seconds(a: np.ndarray, b: np.ndarray, calls: int = 4) -> float:
     """Seconds per float64 GEMM of a @ b, best of `calls`."""
     best = np.inf
     for _ in range(calls):
@@ -72,11 +72,11 @@ def measure(run, flops: float, repeats: int) -> dict:
     """
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((GEMM_N, GEMM_N)), rng.standard_normal((GEMM_N, GEMM_N))
-    _gemm_seconds(a, b, 1)  # warm-up: thread pool, page faults
+    gemm_seconds(a, b, 1)  # warm-up: thread pool, page faults
     run()
     best_gemm, best_op = np.inf, np.inf
     for _ in range(repeats):  # alternate, so both see the same machine state
-        best_gemm = min(best_gemm, _gemm_seconds(a, b))
+        best_gemm = min(best_gemm, gemm_seconds(a, b))
         t0 = time.perf_counter()
         run()
         best_op = min(best_op, time.perf_counter() - t0)
