@@ -4,7 +4,9 @@
       FLOPs counted: the chunked closed form's products, 2 per multiply-add: C B^T (Q^2 G N, once per
       group: its heads share B and C), the intra-chunk output (Q^2 H P), the inter-chunk output C S
       (Q H P N) and the state update (Q H P N) per chunk of Q tokens. (Before issue 16's rewrite the
-      reference formed C B^T per head and this counted Q^2 H N.)
+      reference formed C B^T per head and this counted Q^2 H N.) The reference forms C B^T once per
+      block of heads it runs on one thread (reference/head_workers.py: two blocks of 16 heads on 2 CPUs),
+      ~1% more work than counted.
   rwkv6_wkv: RWKV6 time mixing, T 2048 tokens, H 32 heads, K = V = 64.
       FLOPs counted: 6 K V per token and head (the outer product k v^T, the read r^T (S + diag(u) k v^T),
       the update diag(w) S + k v^T), 2 per multiply-add.

@@ -1,5 +1,6 @@
 """The NumPy oracle: an executable form of spec/ (float64 inside, NumPy + ml_dtypes only; where the
-optional threadpoolctl is installed, large attention calls spread KV heads over the CPUs, head_workers.py).
+optional threadpoolctl is installed, large attention, SSD-scan and RWKV6 calls spread their heads over the CPUs,
+head_workers.py).
 
     from kvconform import reference
     out = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs)

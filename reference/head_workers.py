@@ -1,14 +1,17 @@
-"""Spread the KV heads of an attention call over the CPUs, one BLAS thread each (speed only: no value
-changes).
+"""Spread the independent heads of a large call over the CPUs, one BLAS thread each (speed only: no value
+changes). Used by paged attention (KV heads), the chunked SSD scan and RWKV6 (blocks of heads).
 
-The query heads sharing one KV head are computed independently of the other KV heads (PA-12), so KV heads
-can run in parallel threads (NumPy releases the GIL in its loops and in BLAS). Why threads over heads
-rather than BLAS's own threads: the reference's products are small or mid-sized ([4, 128] x [128, L] for
-a decode row, [512, 128] x [128, 2048] for a 128-row prefill chunk), and a multi-threaded BLAS hands work
-between its threads inside every one of them; on a busy 2-core machine each hand-off can wait for a
-scheduler slice, and the idle BLAS thread spins while NumPy's single-threaded exp runs. Measured there
-(issue 16): 8 decode-sized products took 0.1-0.35 s with 2 BLAS threads against 2-3 ms with one, and the
-standard shape's prefill took ~60% of the time with two heads at a time on one BLAS thread each.
+The query heads sharing one KV head are computed independently of the other KV heads (PA-12), and each
+head of a recurrent op has its own state and sums (RS-8), so heads can run in parallel threads (NumPy
+releases the GIL in its loops and in BLAS). Why threads over heads rather than BLAS's own threads: the
+reference's products are small or mid-sized ([4, 128] x [128, L] for a decode row, [512, 128] x [128, 2048]
+for a 128-row prefill chunk, [64, 128] x [128, 64] per head and chunk of the SSD scan), and a
+multi-threaded BLAS hands work between its threads inside every one of them; on a busy 2-core machine
+each hand-off can wait for a scheduler slice, and the idle BLAS thread spins while NumPy's single-threaded
+exp runs. Measured there (issue 16): 8 decode-sized products took 0.1-0.35 s with 2 BLAS threads against
+2-3 ms with one, and the standard shape's prefill took ~60% of the time with two heads at a time on one
+BLAS thread each; the SSD benchmark (benchmarks/reference_recurrent.py) went from 229-236 ms to 164-172 ms
+with two blocks of 16 heads, RWKV6 from 424-439 ms (one thread) to 283-286 ms.
 
 threadpoolctl is optional (extra `fast`, part of `all`): without it every call runs inline on BLAS's own
 threads, so the oracle still needs nothing but NumPy and ml_dtypes, only slower on large calls.
@@ -22,9 +25,9 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-__all__ = ["head_map"]
+__all__ = ["head_map", "pool_size"]
 
-# Logits in a call (rows x query heads x keys) from which a thread pool pays for its start (~1 ms).
+# Work (elements, see head_map) from which a thread pool pays for its start (~1 ms).
 _MIN_LOGITS = 1 << 20
 # Each worker holds one KV head's float64 keys, values and a logit block (~200 MiB at 32k keys, measured
 # 407 MiB peak with 2 workers); 4 workers keep a 32k-key call under 1 GiB of extra memory.
@@ -32,24 +35,32 @@ _MAX_WORKERS = 4
 
 
 @contextmanager
-def head_map(num_logits: int, num_heads: int) -> Iterator[Callable[[Callable, Iterable], Iterable]]:
+def head_map(work: int, num_heads: int) -> Iterator[Callable[[Callable, Iterable], Iterable]]:
     """Yield a `map(fn, items)` whose results come back in the order of `items`, with BLAS held to one
     thread while it lives (process-wide: threadpoolctl sets it on the loaded BLAS libraries, ~13 us).
 
-    num_logits: rows x query heads x keys summed over the call's sequences; num_heads: Hkv.
-    Calls from `_MIN_LOGITS` on get a pool of min(num_heads, usable CPUs, _MAX_WORKERS) threads; smaller
-    ones run inline.
+    work: the call's size in elements of its largest intermediate (attention: rows x query heads x keys
+    summed over the sequences; the SSD scan: tokens x H x P x N); num_heads: how many independent heads.
+    The map runs on `pool_size(work, num_heads)` threads; with fewer than two it runs inline.
     """
-    workers = min(num_heads, _usable_cpus(), _MAX_WORKERS)
     if _blas_controller() is None:      # no threadpoolctl: threads would fight BLAS's own threads
         yield map
         return
     with _one_blas_thread():
-        if num_logits < _MIN_LOGITS or workers < 2:
+        workers = pool_size(work, num_heads)
+        if workers < 2:
             yield map
             return
         with ThreadPoolExecutor(workers) as pool:
             yield pool.map
+
+
+def pool_size(work: int, num_heads: int) -> int:
+    """Threads `head_map` runs on: min(num_heads, usable CPUs, _MAX_WORKERS) from `_MIN_LOGITS` elements of
+    work on, where threadpoolctl is installed; else 1 (inline)."""
+    if _blas_controller() is None or work < _MIN_LOGITS:
+        return 1
+    return max(1, min(num_heads, _usable_cpus(), _MAX_WORKERS))
 
 
 _lock = threading.Lock()

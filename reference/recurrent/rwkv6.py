@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..head_workers import head_map, pool_size
 from ..validation import check_shape, float_input
 from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
 from .varlen import cu_seqlens_input
@@ -54,18 +55,42 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
     r, k, v, w, u, cu, idx = call.r, call.k, call.v, call.w, call.u, call.cu_seqlens, call.state_indices
     S_all = gather_rows(call.state, idx, call.has_initial_state)  # [S, H, K, V]
     out = np.zeros(v.shape)
-    for s in range(cu.shape[0] - 1):
-        if idx[s] < 0:
-            continue
-        S = S_all[s]
-        for t in range(int(cu[s]), int(cu[s + 1])):
-            kv = k[t][:, :, None] * v[t][:, None, :]              # [H, K, V]
-            # r^T (S + diag(u) k v^T) = r^T S + (r . (u * k)) v: the read is a product per head ([1, K] @
-            # [K, V], BLAS), whose order is free (RS-8) and the same for a sequence whatever the batch (RS-7)
-            out[t] = (r[t][:, None, :] @ S)[:, 0] + np.sum(r[t] * u * k[t], axis=1)[:, None] * v[t]
-            S = w[t][:, :, None] * S + kv
-        S_all[s] = S
+    heads, dk, dv = S_all.shape[1:]
+    # Heads are independent: a large call runs blocks of heads on a thread pool with one BLAS thread each
+    # (head_workers.py, for speed only: each head's sums are its own, whatever the blocks).
+    work = r.shape[0] * heads * dk * dv
+    with head_map(work, heads) as map_blocks:
+        parts = pool_size(work, heads)
+        blocks = [slice(heads * i // parts, heads * (i + 1) // parts) for i in range(parts)]
+        for s in range(cu.shape[0] - 1):
+            if idx[s] < 0:
+                continue
+            tokens = slice(int(cu[s]), int(cu[s + 1]))
+
+            def run_block(h, s=s, tokens=tokens):
+                S_all[s, h] = _recur(S_all[s, h], r[tokens, h], k[tokens, h], v[tokens, h], w[tokens, h], u[h],
+                                     out[tokens, h])
+
+            for _ in map_blocks(run_block, blocks):
+                pass
     return WKV6(out, scatter_rows(call.state, idx, S_all))
+
+
+def _recur(S, r, k, v, w, u, out):
+    """One sequence through some heads, token by token (RS-20).
+
+    S: float64[Hb, K, V] starting state; r, k, w: float64[L, Hb, K]; v: float64[L, Hb, V]; u: float64[Hb, K].
+    Writes out[L, Hb, V] in place; returns the final state.
+    """
+    S = S.copy()
+    kv = np.empty_like(S)   # k v^T of one token, [Hb, K, V]; written in place: no allocation per token
+    for t in range(r.shape[0]):
+        # r^T (S + diag(u) k v^T) = r^T S + (r . (u * k)) v: the read is a product per head ([1, K] @ [K, V],
+        # BLAS), whose order is free (RS-8) and the same for a sequence whatever the batch (RS-7)
+        out[t] = (r[t][:, None, :] @ S)[:, 0] + np.sum(r[t] * u * k[t], axis=1)[:, None] * v[t]
+        S *= w[t][:, :, None]
+        S += np.multiply(k[t][:, :, None], v[t][:, None, :], out=kv)
+    return S
 
 
 def validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..head_workers import head_map, pool_size
 from ..validation import int_scalar
 from .activations import silu
 from .args import bool_flag, mamba2_inputs, mamba2_options
@@ -92,39 +93,94 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
     final = np.zeros_like(start)
     out = np.zeros_like(xa)
     snaps = np.zeros((seqs, k_snap, heads, p, n))
-    for s in range(seqs):
-        if idx[s] < 0:
-            continue
-        lo, hi = int(cu[s]), int(cu[s + 1])
-        length = hi - lo
-        # The sequence's tokens with (group, head in group) leading, tokens second to last: each chunk's
-        # sums are then matrix products per head, and B, C are shared by the heads of their group.
-        x_g = np.ascontiguousarray(xa[lo:hi].transpose(1, 0, 2)).reshape(groups, per_group, length, p)
-        dt_g = np.ascontiguousarray(dtp[lo:hi].T).reshape(groups, per_group, length)
-        A_g = Aa.reshape(groups, per_group)
-        B_g = np.ascontiguousarray(call.B[lo:hi].transpose(1, 0, 2))[:, None]   # [G, 1, L, N]
-        C_g = np.ascontiguousarray(call.C[lo:hi].transpose(1, 0, 2))[:, None]
-        # Snapshot r is the state after token (L - r); r = L is the starting state itself.
-        wanted = {length - r: r for r in range(min(k_snap, length + 1))}
-        snaps[s, length + 1:] = np.nan
-        S = start[s].reshape(groups, per_group, p, n)
-        if 0 in wanted:
-            snaps[s, wanted[0]] = start[s]
-        for c0 in range(0, length, chunk):
-            c1 = min(c0 + chunk, length)
-            y, S_end, at = _chunk(S, x_g[..., c0:c1, :], dt_g[..., c0:c1], A_g, B_g[..., c0:c1, :],
-                                  C_g[..., c0:c1, :], [t - c0 for t in wanted if c0 < t <= c1])
-            out[lo + c0:lo + c1] = y.reshape(heads, c1 - c0, p).transpose(1, 0, 2)
-            for t_rel, S_t in at.items():
-                snaps[s, wanted[t_rel + c0]] = S_t.reshape(heads, p, n)
-            S = S_end
-        final[s] = S.reshape(heads, p, n)
+    # Heads are independent (RS-16): a large call runs blocks of a group's heads on a thread pool with one
+    # BLAS thread each (head_workers.py, for speed only: each head's products are its own, so every head
+    # gets the same bits whatever the blocks).
+    work = tokens * heads * p * n
+    with head_map(work, heads) as map_blocks:
+        blocks = _head_blocks(groups, per_group, pool_size(work, heads))
+        for s in range(seqs):
+            if idx[s] < 0:
+                continue
+            lo, hi = int(cu[s]), int(cu[s + 1])
+            # Snapshot r is the state after token (L - r); r = L is the starting state itself.
+            wanted = {hi - lo - r: r for r in range(min(k_snap, hi - lo + 1))}
+            snaps[s, hi - lo + 1:] = np.nan
+
+            def scan_block(block, s=s, lo=lo, hi=hi, wanted=wanted):
+                g, heads_b = block
+                final[s, heads_b] = _scan_heads(start[s, heads_b], xa[lo:hi, heads_b], dtp[lo:hi, heads_b],
+                                                Aa[heads_b], call.B[lo:hi, g], call.C[lo:hi, g], chunk, wanted,
+                                                out[lo:hi, heads_b], snaps[s, :, heads_b])
+
+            for _ in map_blocks(scan_block, blocks):
+                pass
     if call.D is not None:
         out = out + call.D[None, :, None] * xa
     if call.z is not None:
         out = out * silu(call.z)
     out[_padding_tokens(cu, idx, tokens)] = 0.0
     return SSDScan(out, scatter_rows(pool, idx, final), snaps.astype(pool.dtype))
+
+
+def _head_blocks(groups: int, per_group: int, parts: int) -> list[tuple[int, slice]]:
+    """(group, heads) blocks: each group's heads cut into about parts / groups contiguous ranges."""
+    pieces = max(1, min(per_group, -(-parts // groups)))
+    cuts = [per_group * i // pieces for i in range(pieces + 1)]
+    return [(g, slice(g * per_group + a, g * per_group + b)) for g in range(groups)
+            for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def _scan_heads(S, x, dt, A, B, C, chunk, wanted, out, snaps):
+    """One sequence through some heads of one group, chunk by chunk (RS-18).
+
+    S: float64[Hb, P, N] starting state; x: float64[L, Hb, P]; dt: float64[L, Hb] (dt'); A: float64[Hb];
+    B, C: float64[L, N] (the group's); wanted: {t: r} snapshot r is the state after t tokens.
+    Writes out[L, Hb, P] (y without D and z) and snaps[K, Hb, P, N] in place; returns the final state.
+    """
+    length = x.shape[0]
+    # Heads leading, tokens second to last: each chunk's sums are then matrix products per head.
+    x = np.ascontiguousarray(x.transpose(1, 0, 2))                # [Hb, L, P]
+    dt = np.ascontiguousarray(dt.T)                               # [Hb, L]
+    if 0 in wanted:
+        snaps[wanted[0]] = S
+    for c0 in range(0, length, chunk):
+        c1 = min(c0 + chunk, length)
+        y, S_end, at = _chunk(S, x[:, c0:c1], dt[:, c0:c1], A, B[c0:c1], C[c0:c1],
+                              [t - c0 for t in wanted if c0 < t <= c1])
+        out[c0:c1] = y.transpose(1, 0, 2)
+        for t_rel, S_t in at.items():
+            snaps[wanted[t_rel + c0]] = S_t
+        S = S_end
+    return S
+
+
+def _chunk(S, x, dt, A, B, C, want):
+    """One chunk of Q tokens in closed form (RS-18) for Hb heads of one group:
+    S [Hb,P,N]; x [Hb,Q,P]; dt [Hb,Q] (dt'); A [Hb]; B, C [Q,N] (the group's, shared by its heads).
+
+    cs_i = sum_{k<=i} dt_k A (per head, np.cumsum); the decay from token j to token i >= j is
+    exp(cs_i - cs_j). The products over tokens and state columns are matrix products over the two trailing
+    axes (`@`, run by BLAS, one per head): their order is free (RS-8) and fixed by this chunk's shapes
+    alone, so a sequence gets the same bits whatever else is in the batch (RS-7).
+    Returns (y without D/z [Hb,Q,P], state after the chunk, {t: state after the chunk's first t tokens}
+    for t in `want`).
+    """
+    q = x.shape[-2]
+    cs = np.cumsum(dt * A[:, None], axis=-1)                      # [Hb, Q]
+    causal = np.tril(np.ones((q, q), dtype=bool))                 # [i, j]
+    seg = cs[:, :, None] - cs[:, None, :]                         # [Hb, i, j]
+    decay = np.exp(seg, out=np.zeros_like(seg), where=causal)     # 0 above the diagonal
+    cb = C @ B.T                                                  # [i, j] = C_i . B_j
+    y_intra = (cb * decay * dt[:, None, :]) @ x                   # [Hb, Q, P]
+    y_inter = (C @ S.swapaxes(-1, -2)) * np.exp(cs)[..., None]
+
+    def state_after(t):  # t tokens of the chunk absorbed, 1 <= t <= Q
+        w = np.exp(cs[:, t - 1, None] - cs[:, :t]) * dt[:, :t]               # [Hb, t]
+        absorbed = (w[..., None] * x[:, :t, :]).swapaxes(-1, -2) @ B[:t]     # [Hb, P, N]
+        return np.exp(cs[:, t - 1])[:, None, None] * S + absorbed
+
+    return y_intra + y_inter, state_after(q), {t: state_after(t) for t in want}
 
 
 def validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_indices=None,
@@ -149,34 +205,6 @@ def validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=6
     softplus_dt = bool_flag("dt_softplus", dt_softplus)
     return SSDScanCall(pool, xa, dta, Aa, Ba, Ca, cu, chunk, idx, from_state, Da, za, bias, softplus_dt,
                        k_snap)
-
-
-def _chunk(S, x, dt, A, B, C, want):
-    """One chunk in closed form (RS-18), with leading axes (G groups, H/G heads per group):
-    S [G,Hg,P,N]; x [G,Hg,Q,P]; dt [G,Hg,Q] (dt'); A [G,Hg]; B, C [G,1,Q,N] (shared by a group's heads).
-
-    cs_i = sum_{k<=i} dt_k A (per head, np.cumsum); the decay from token j to token i >= j is
-    exp(cs_i - cs_j). The products over tokens and state columns are matrix products over the two trailing
-    axes (`@`, run by BLAS): their order is free (RS-8) and fixed by this chunk's shapes alone, so a
-    sequence gets the same bits whatever else is in the batch (RS-7).
-    Returns (y without D/z [G,Hg,Q,P], state after the chunk, {t: state after the chunk's first t tokens}
-    for t in `want`).
-    """
-    q = x.shape[-2]
-    cs = np.cumsum(dt * A[..., None], axis=-1)                    # [G, Hg, Q]
-    causal = np.tril(np.ones((q, q), dtype=bool))                 # [i, j]
-    seg = cs[..., :, None] - cs[..., None, :]                     # [G, Hg, i, j]
-    decay = np.exp(seg, out=np.zeros_like(seg), where=causal)     # 0 above the diagonal
-    cb = C @ B.swapaxes(-1, -2)                                   # [G, 1, i, j] = C_i . B_j
-    y_intra = (cb * decay * dt[..., None, :]) @ x                 # [G, Hg, Q, P]
-    y_inter = (C @ S.swapaxes(-1, -2)) * np.exp(cs)[..., None]
-
-    def state_after(t):  # t tokens of the chunk absorbed, 1 <= t <= Q
-        w = np.exp(cs[..., t - 1, None] - cs[..., :t]) * dt[..., :t]           # [G, Hg, t]
-        absorbed = (w[..., None] * x[..., :t, :]).swapaxes(-1, -2) @ B[..., :t, :]   # [G, Hg, P, N]
-        return np.exp(cs[..., t - 1])[..., None, None] * S + absorbed
-
-    return y_intra + y_inter, state_after(q), {t: state_after(t) for t in want}
 
 
 def _padding_tokens(cu, idx, tokens):

@@ -265,3 +265,35 @@ def test_rs5_rwkv6_fresh_sequence_ignores_nan_row():
     res = R.rwkv6_wkv(np.ones((1, 1, 1)), np.ones((1, 1, 1)), np.full((1, 1, 1), 2.0), np.full((1, 1, 1), 0.5),
                       np.ones((1, 1)), pool, np.array([0, 1]), has_initial_state=np.array([False]))
     assert res.out[0, 0, 0] == 2.0 and res.state[0, 0, 0, 0] == 2.0  # y = 1*(0 + 1*1*2); S = 0.5*0 + 2
+
+
+@FAST
+@given(cu=packed_lengths(), heads_groups=st.sampled_from([(2, 1), (4, 2), (6, 3), (8, 1)]), workers=st.integers(2, 4),
+       seed=st.integers(0, 2**31), snaps=st.integers(0, 3))
+def test_rs8_heads_on_a_thread_pool_change_no_bit(cu, heads_groups, workers, seed, snaps):
+    """Large SSD and RWKV6 calls run blocks of heads on a thread pool (reference/head_workers.py). Each
+    head's sums are its own (RS-8), so any block split gives the inline result bit for bit."""
+    from kvconform.reference import head_workers
+
+    rng = np.random.default_rng(seed)
+    heads, groups = heads_groups
+    seqs, T = len(cu) - 1, int(cu[-1])
+    slots = np.arange(seqs, dtype=np.int32)
+    inp = mamba2_inputs(rng, T, heads, groups, 2, 3, num_slots=seqs + 1)
+    r, k, v = rng.standard_normal((T, heads, 3)), rng.standard_normal((T, heads, 3)), rng.standard_normal((T, heads, 2))
+    w, u, pool = rng.uniform(0.0, 1.0, (T, heads, 3)), rng.standard_normal((heads, 3)), rng.standard_normal((seqs + 1, heads, 3, 2))
+
+    def both():
+        return (ssd(inp, cu, chunk_size=3, state_indices=slots, num_snapshots=snaps),
+                R.rwkv6_wkv(r, k, v, w, u, pool, cu, state_indices=slots))
+
+    inline = both()
+    saved = head_workers._MIN_LOGITS, head_workers._usable_cpus
+    head_workers._MIN_LOGITS, head_workers._usable_cpus = 0, lambda: workers   # a pool even on one CPU
+    try:
+        pooled = both()
+    finally:
+        head_workers._MIN_LOGITS, head_workers._usable_cpus = saved
+    for a, b in zip(inline, pooled):
+        for x, y in zip(a, b):
+            assert bits(x) == bits(y)
