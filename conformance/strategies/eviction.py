@@ -24,7 +24,7 @@ from kvconform.reference.eviction import EvictionConfig
 
 from .. import tolerance
 from ..case import Case
-from .values import floats, pick, seeds
+from .values import floats, pick, sampled_from, seeds
 
 SCORE_DTYPES = ("float64", "float32", "bfloat16", "float16")
 DEFAULT_BLOCK_SIZES = (2, 1, 4, 3)    # used when any page size is claimed; 3 is not a power of two
@@ -69,7 +69,7 @@ def eviction_configs(draw, claims: OpClaims):
     start = draw(st.integers(0, 2))
     recent = draw(st.integers(0, 2))
     budget = start + recent + draw(st.integers(1, 3))     # EV-1: max_cache_size > start + recent
-    aggregation = draw(st.sampled_from(("sum", "norm_sum")))
+    aggregation = draw(sampled_from(("sum", "norm_sum")))
     return EvictionConfig(block, start * block, recent * block, budget * block, aggregation)
 
 

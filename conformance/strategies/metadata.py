@@ -24,7 +24,7 @@ from kvconform.backends.base import FEATURES, OpClaims
 
 from .. import tolerance
 from ..case import Case, PoisonRegion
-from .values import pick, seeds
+from .values import pick, sampled_from, seeds
 
 I32 = np.int32
 DEFAULT_PAGE_SIZES = (2, 1, 3, 4)
@@ -123,7 +123,7 @@ def append_slot_mapping_cases(draw, claims: OpClaims):
 def arena_layout_cases(draw, claims: OpClaims):
     n = draw(st.integers(0, 5))
     nbytes = np.array([draw(st.integers(0, 40)) for _ in range(n)], np.int64)
-    A = draw(st.sampled_from(ALIGNMENTS))
+    A = draw(sampled_from(ALIGNMENTS))
     start = draw(st.integers(0, 40))
     return Case("arena_layout", dict(nbytes=nbytes, alignment=A, start=start),
                 dict(dtype="int64", kv_dtype="int64", arrays=n, alignment=A, start=start, tokens=0))
@@ -134,7 +134,7 @@ def slot_mapping_from_arena_cases(draw, claims: OpClaims):
     """MD-7's arrays packed (MD-8) at a non-zero first offset into an arena of random garbage."""
     P = _page_size(draw, claims)
     qo, csr = draw(append_inputs(P))
-    A = draw(st.sampled_from((16, 4, 8, 32, 64)))
+    A = draw(sampled_from((16, 4, 8, 32, 64)))
     start = draw(st.integers(1, 64))
     seed = draw(seeds)
     arrays = [qo, csr.kv_indptr, csr.kv_indices, csr.kv_last_page_len]
@@ -175,10 +175,10 @@ def commands(draw, state: dict, P: int, *, max_append: int = 5):
         (["append", "fork", "append", "fork", "pop", "remove", "window", "append"] if ids else [])
     if new_id is None:
         options = [o for o in options if o != "fork"]
-    command = draw(st.sampled_from(options))
+    command = draw(sampled_from(options))
     if command == "add":
         return dict(command="add", seq=new_id)
-    seq = draw(st.sampled_from(ids))
+    seq = draw(sampled_from(ids))
     if command == "append":
         return dict(command="append", seq=seq, n=draw(st.integers(0, max_append)))
     if command == "pop":

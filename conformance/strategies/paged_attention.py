@@ -26,7 +26,7 @@ from .. import tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import narrowed, widened, without
 from . import constraints
-from .values import floats, pick, quantization_ties, seeds
+from .values import floats, pick, quantization_ties, sampled_from, seeds
 
 Q_DTYPES = ("float32", "bfloat16", "float16", "float64")
 FLOAT_KV_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -111,7 +111,7 @@ def _long_lengths(draw, claims: OpClaims, num_seqs: int, page_size: int, q_len_o
     rest = tuple(q for q in (1, 0, 2, 17) if constraints.admits(claims.limits.get("q_len"), q)) or q_len_options
     q_lens, kv_lens = [], []
     for i in range(num_seqs):
-        q_len = draw(st.sampled_from(rest if i else first))
+        q_len = draw(sampled_from(rest if i else first))
         kv = draw(st.one_of(st.sampled_from(keys), st.integers(min(64, max_kv), min(LONG_MAX_KEYS, max_kv)))) \
             if i == 0 else draw(st.integers(min(q_len, max_kv), min(80, max_kv)))
         assume(q_len <= max_kv)
@@ -197,7 +197,7 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     if variant.long:
         q_lens, kv_lens = _long_lengths(draw, claims, num_seqs, page_size, q_len_options, max_kv)
     else:
-        q_lens = [draw(st.sampled_from(q_len_options)) for _ in range(num_seqs)]
+        q_lens = [draw(sampled_from(q_len_options)) for _ in range(num_seqs)]
         assume(max(q_lens) <= max_kv)
         kv_lens = [q + draw(st.integers(0, max(0, min(max_context, max_kv - q)))) for q in q_lens]
     used = [_cdiv(n, page_size) for n in kv_lens]
@@ -224,7 +224,7 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
 
     kwargs = {}
     if draw(st.booleans()):
-        kwargs["sm_scale"] = draw(st.sampled_from((0.5, 1.0, 0.125, 2.0)))
+        kwargs["sm_scale"] = draw(sampled_from((0.5, 1.0, 0.125, 2.0)))
     q_max_exp = 1
     if "sliding_window" in variant.features:
         longest = max(kv_lens + [1])
@@ -232,15 +232,15 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         kwargs["sliding_window"] = draw(st.one_of(st.integers(1, 3), st.sampled_from(near),
                                                   st.integers(1, longest + 1)))
     if "soft_cap" in variant.features:
-        kwargs["soft_cap"] = draw(st.sampled_from((5.0, 1.0, 30.0)))
+        kwargs["soft_cap"] = draw(sampled_from((5.0, 1.0, 30.0)))
         if draw(st.booleans()):
             q_max_exp = 9   # huge logits: |s| far beyond the cap, tanh must saturate (PA-16)
     quantized = dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype))
     if quantized:
-        kwargs["k_scale"] = draw(st.sampled_from(SCALES))
-        kwargs["v_scale"] = draw(st.sampled_from(SCALES))
+        kwargs["k_scale"] = draw(sampled_from(SCALES))
+        kwargs["v_scale"] = draw(sampled_from(SCALES))
     scale_shape = _scale_shape(variant, num_pages, page_size, hkv)
-    sink_mode = draw(st.sampled_from(("finite", "one_minus_inf"))) if "sinks" in variant.features else None
+    sink_mode = draw(sampled_from(("finite", "one_minus_inf"))) if "sinks" in variant.features else None
     if "return_scores" in variant.features:
         kwargs["return_scores"] = True
     if shards > 1:
@@ -404,8 +404,8 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     big = 1
     boundary = False
     if dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype)):
-        kwargs["k_scale"] = draw(st.sampled_from(SCALES + BOUNDARY_SCALES))
-        kwargs["v_scale"] = draw(st.sampled_from(SCALES + BOUNDARY_SCALES))
+        kwargs["k_scale"] = draw(sampled_from(SCALES + BOUNDARY_SCALES))
+        kwargs["v_scale"] = draw(sampled_from(SCALES + BOUNDARY_SCALES))
         big = 9   # reach saturation of the storage format (PA-44)
         # values within an ulp of the format's rounding ties and saturation edges (PA-44)
         boundary = draw(st.integers(0, 2)) > 0   # booleans() came out True in only ~1 draw in 5 here

@@ -46,7 +46,7 @@ from .. import tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened, without
 from . import constraints
-from .values import floats, pick, seeds
+from .values import floats, pick, sampled_from, seeds
 
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 POOL_DTYPES = ("float32", "float64")          # RS-6: the only pool dtypes
@@ -179,8 +179,8 @@ def _positive(rng, shape, dtype, **kw):
 def _heads_groups(draw, claims: OpClaims) -> tuple[int, int]:
     # Shrinks towards G = 2, H = 4: the smallest shape where h // (H/G) and h % G differ (RS-16);
     # G > 1 only where claimed (grouped_bc).
-    groups = draw(st.sampled_from((2, 1, 3))) if "grouped_bc" in claims.features else 1
-    return groups * draw(st.sampled_from((2, 1, 3))), groups
+    groups = draw(sampled_from((2, 1, 3))) if "grouped_bc" in claims.features else 1
+    return groups * draw(sampled_from((2, 1, 3))), groups
 
 
 def _ssm_options(draw, rng, heads_shape, token_shape, act, claims: OpClaims):
@@ -305,21 +305,21 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     if variant.long:
         # The hint first, so that the first length may be a multiple of it ("T == chunk_size").
-        chunk = chunk_size or draw(st.sampled_from(LONG_CHUNK_SIZES))
+        chunk = chunk_size or draw(sampled_from(LONG_CHUNK_SIZES))
         # The first sequence crosses at least one 8-token chunk end; shrinks towards 9 tokens.
         multiples = tuple(chunk * i for i in range(1, SSD_LONG_MAX // chunk + 1) if chunk * i >= 8)
         edges = SSD_LONG_EDGES + tuple(m for m in multiples if m not in SSD_LONG_EDGES)
         lengths, cu = _lengths(draw, min(max_seqs, 2), SSD_LONG_MAX,
                                st.one_of(st.sampled_from(edges), st.integers(9, SSD_LONG_MAX)))
-        groups = draw(st.sampled_from((1, 2)))
-        heads = groups * draw(st.sampled_from((1, 2)))
+        groups = draw(sampled_from((1, 2)))
+        heads = groups * draw(sampled_from((1, 2)))
         p, n = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     else:
         lengths, cu = _lengths(draw, max_seqs, max_len)
         heads, groups = _heads_groups(draw, claims)
         p = draw(st.integers(1, 2))
         n = draw(st.integers(1, 3))
-        chunk = chunk_size or draw(st.sampled_from(CHUNK_SIZES))
+        chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     seqs, tokens = len(lengths), int(cu[-1])
     idx, num_slots = _slots(draw, seqs, variant)
     has_initial = _fresh(draw, seqs, variant)

@@ -31,7 +31,7 @@ from kvconform.reference.recurrent.gated_delta import l2_normalize, qk_heads
 from .. import tolerance
 from ..case import Case, PoisonRegion
 from . import recurrent as rs
-from .values import floats, seeds
+from .values import floats, sampled_from, seeds
 
 _INDEXED = ("RS-2", "RS-4", "RS-7", "RS-31")
 _PADDED = ("RS-3", "RS-4", "RS-31")
@@ -54,8 +54,8 @@ TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
 
 def _heads(draw) -> tuple[int, int]:
     """(H, Hk): shrinks towards H = 2, Hk = 1 (shared q/k head); H = 4, Hk = 2 tells h // 2 from h % 2."""
-    qk = draw(st.sampled_from((1, 2)))
-    return qk * draw(st.sampled_from((2, 1))), qk
+    qk = draw(sampled_from((1, 2)))
+    return qk * draw(sampled_from((2, 1))), qk
 
 
 def _token_arrays(rng, rows: int, heads: int, qk: int, dk: int, dv: int, act: str, norm: bool) -> dict:
@@ -93,7 +93,7 @@ def _options(draw, variant: rs.Variant) -> dict:
     kw = {}
     if "qk_l2norm" in variant.features:
         kw["use_qk_l2norm"] = True
-    scale = draw(st.sampled_from((None, 0.5, 2.0)))
+    scale = draw(sampled_from((None, 0.5, 2.0)))
     if scale is not None:
         kw["scale"] = scale
     return kw
@@ -128,7 +128,7 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
     """A `gated_delta_rule_chunked` call (RS-32, RS-33): varlen with empty sequences, chunk hints 1 … 64."""
     act, pool_dtype = rs._dtypes(draw, claims, variant)
     if variant.long:
-        chunk = chunk_size or draw(st.sampled_from(rs.LONG_CHUNK_SIZES))
+        chunk = chunk_size or draw(sampled_from(rs.LONG_CHUNK_SIZES))
         multiples = tuple(chunk * i for i in range(1, rs.SSD_LONG_MAX // chunk + 1) if chunk * i >= 8)
         edges = rs.SSD_LONG_EDGES + tuple(m for m in multiples if m not in rs.SSD_LONG_EDGES)
         lengths, cu = rs._lengths(draw, min(max_seqs, 2), rs.SSD_LONG_MAX,
@@ -136,7 +136,7 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
         dk, dv = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     else:
         lengths, cu = rs._lengths(draw, max_seqs, max_len)
-        chunk = chunk_size or draw(st.sampled_from(rs.CHUNK_SIZES))
+        chunk = chunk_size or draw(sampled_from(rs.CHUNK_SIZES))
         dk, dv = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     heads, qk = _heads(draw)
     seqs, tokens = len(lengths), int(cu[-1])

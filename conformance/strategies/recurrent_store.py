@@ -32,7 +32,7 @@ from kvconform.reference.recurrent import StoreError
 from .. import tolerance
 from ..case import Case, PoisonRegion
 from . import recurrent as rs
-from .values import floats, pick, seeds
+from .values import floats, pick, sampled_from, seeds
 
 OP = "recurrent_store_step"
 STORE_CLAUSES = ("RS-21", "RS-22", "RS-23", "RS-24", "RS-25", "RS-26")
@@ -99,7 +99,7 @@ def commands(draw, state: dict, only: str | None = None) -> dict:
     if only is not None:
         assume(only in options)
         options = [only]
-    command = draw(st.sampled_from(options))
+    command = draw(sampled_from(options))
     if command == "assign":
         ids = draw(st.lists(seq_ids, min_size=1, max_size=min(3, max_seqs), unique=True))
         if draw(st.booleans()):
@@ -108,17 +108,17 @@ def commands(draw, state: dict, only: str | None = None) -> dict:
             tokens = np.array([draw(st.integers(0, 3)) for _ in ids], np.int32)
         return dict(command="assign", seq_ids=np.array(ids, np.int32), num_tokens=tokens)
     if command == "copy":
-        return dict(command="copy", src=draw(st.sampled_from(live)), dst=draw(seq_ids))
+        return dict(command="copy", src=draw(sampled_from(live)), dst=draw(seq_ids))
     if command in ("remove", "keep"):
-        return dict(command=command, seq=draw(st.sampled_from(live) if draw(st.booleans()) else seq_ids))
+        return dict(command=command, seq=draw(sampled_from(live) if draw(st.booleans()) else seq_ids))
     if command == "checkpoint":
-        return dict(command="checkpoint", seq=draw(st.sampled_from(live)))
+        return dict(command="checkpoint", seq=draw(sampled_from(live)))
     rng = np.random.default_rng(draw(seeds))
     if command == "restore":
         conv, ssm = _rows(rng, state, None)
         return dict(command="restore", seq=draw(seq_ids), saved_pos=draw(st.integers(0, 6)), saved_conv=conv,
                     saved_ssm=ssm)
-    seq = draw(st.sampled_from(live))
+    seq = draw(sampled_from(live))
     r = draw(st.integers(0, int(pos[seq])).map(lambda v: min(v, 3)))
     conv, ssm = _rows(rng, state, r + draw(st.integers(1, 2)))
     return dict(command="rollback", seq=seq, num_tokens=r, snapshots_conv=conv, snapshots_ssm=ssm)

@@ -26,7 +26,7 @@ from .. import tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened
 from . import constraints
-from .values import floats, pick, seeds
+from .values import floats, pick, sampled_from, seeds
 
 CACHE_DTYPES = ("float32", "bfloat16", "float16", "float64")
 LUT_DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -85,7 +85,7 @@ def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 
     if variant.partial:
         rotary_dim = 2 * draw(st.integers(1, head_dim // 2 - 1))
     else:
-        rotary_dim = draw(st.sampled_from((None, head_dim)))   # RO-2: the default is D
+        rotary_dim = draw(sampled_from((None, head_dim)))   # RO-2: the default is D
     hkv = pick(draw, constraints.allowed(claims, "num_kv_heads", (1, 2), "KV head count"), "Hkv")
     max_pages = constraints.upper(claims, "max_pages", max_pages)
     n = draw(st.integers(1, max(1, max_pages - 1))) if draw(st.integers(0, 9)) else 0   # n = 0 is allowed (RO-8)
@@ -135,7 +135,7 @@ def rotate_keys_cases(draw, claims: OpClaims, variant: Variant, *, max_rows: int
     dtype (used as given, RO-9), per-block or per-token rows (RO-7) in [0, rows)."""
     p = draw(_layout_and_pool(claims, variant))
     lut_dtype = pick(draw, _claimed(LUT_DTYPES, claims.dtypes, "LUT dtype", variant), "LUT dtype")
-    theta = draw(st.sampled_from(THETAS))
+    theta = draw(sampled_from(THETAS))
     rows = draw(st.integers(1, max_rows))
     rd = p["rotary_dim"] or p["head_dim"]
     lut = reference.rerotation_lut(rows, rd, theta=theta, block_size=p["page_size"])
@@ -152,8 +152,8 @@ def shift_keys_cases(draw, claims: OpClaims, variant: Variant):
     """A valid `shift_keys` call: deltas in tokens, non-negative unless the variant is negative_deltas
     (RO-10), mostly small with a few large shifts (the float32 angle error grows with |delta|, NU-RO3)."""
     p = draw(_layout_and_pool(claims, variant))
-    theta = draw(st.sampled_from(THETAS))
-    big = draw(st.sampled_from((8, 64, 5000)))
+    theta = draw(sampled_from(THETAS))
+    big = draw(sampled_from((8, 64, 5000)))
     lo = -big if variant.negative else 0
     deltas = p["rng"].integers(lo, big + 1, size=(p["n"], p["width"])).astype(np.int32)
     inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], position_deltas=deltas,

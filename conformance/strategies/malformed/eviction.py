@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kvconform.backends.base import OpClaims
 
 from .. import eviction as ev
+from ..values import sampled_from
 from . import as_float, index, need, rule
 
 
@@ -63,19 +64,19 @@ def _counts_shape(draw, x, claims):
 def _acc_not_finite(draw, x, claims):
     L = np.asarray(x["acc"]).shape[0]
     need(L >= 1)
-    return _set(x, "acc", index(draw, L), draw(st.sampled_from((np.inf, -np.inf, np.nan))))
+    return _set(x, "acc", index(draw, L), draw(sampled_from((np.inf, -np.inf, np.nan))))
 
 
 def _count_below_one(draw, x, claims):
     L = np.asarray(x["counts"]).shape[0]
     need(L >= 1)
-    return _set(x, "counts", index(draw, L), draw(st.sampled_from((0, -1))))
+    return _set(x, "counts", index(draw, L), draw(sampled_from((0, -1))))
 
 
 def _step_not_finite(draw, x, claims):
     n = np.asarray(x["step_scores"]).shape[0]
     need(n >= 1)
-    return _set(x, "step_scores", index(draw, n), draw(st.sampled_from((np.nan, np.inf, -np.inf))))
+    return _set(x, "step_scores", index(draw, n), draw(sampled_from((np.nan, np.inf, -np.inf))))
 
 
 def _step_too_short(draw, x, claims):

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from kvconform import reference
 
 from .. import metadata as md
+from ..values import sampled_from
 from . import as_float, index, need, rule
 
 VARIANTS = {op: (md.BASE,) for op in ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping",
@@ -84,20 +85,20 @@ def _seqs_with(x, pages: bool):
 def _last_zero(draw, x, claims):
     s = _seqs_with(x, True)
     need(s)
-    return _set(x, "kv_last_page_len", draw(st.sampled_from(s)), 0)
+    return _set(x, "kv_last_page_len", draw(sampled_from(s)), 0)
 
 
 def _last_over(draw, x, claims):
     s = _seqs_with(x, True)
     need(s)
     P = x["page_size"] if "page_size" in x else x["k_pages"].shape[1]    # the attention op takes it from k_pages
-    return _set(x, "kv_last_page_len", draw(st.sampled_from(s)), P + 1)
+    return _set(x, "kv_last_page_len", draw(sampled_from(s)), P + 1)
 
 
 def _empty_nonzero(draw, x, claims):
     s = _seqs_with(x, False)
     need(s)
-    return _set(x, "kv_last_page_len", draw(st.sampled_from(s)), 1)
+    return _set(x, "kv_last_page_len", draw(sampled_from(s)), 1)
 
 
 def _narrow_rows(draw, x, claims):
@@ -143,7 +144,7 @@ def _qo_start(draw, x, claims):
 # --- arena ----------------------------------------------------------------------------------------
 
 def _alignment_not_pow2(draw, x, claims):
-    return {"alignment": draw(st.sampled_from((3, 12, 24)))}
+    return {"alignment": draw(sampled_from((3, 12, 24)))}
 
 
 def _negative_nbytes(draw, x, claims):
@@ -181,12 +182,12 @@ def _ids(x):
 
 def _add_existing(draw, x, claims):
     need(_ids(x))
-    return {"command": "add", "seq": draw(st.sampled_from(_ids(x)))}
+    return {"command": "add", "seq": draw(sampled_from(_ids(x)))}
 
 
 def _not_live(draw, x, claims):
     missing = max(_ids(x) + [0]) + 1
-    return {"command": draw(st.sampled_from(("append", "pop", "remove"))), "seq": missing, "n": 0}
+    return {"command": draw(sampled_from(("append", "pop", "remove"))), "seq": missing, "n": 0}
 
 
 def _pop_too_many(draw, x, claims):
@@ -206,7 +207,7 @@ def _fork_past_sink(draw, x, claims):
     """Give a sequence with tokens a window (len + 1, sink 0: nothing trimmed), then fork it at pos >= 1."""
     cand = [i for i in range(len(_ids(x))) if x["seq_lens"][i] >= 1]
     need(cand)
-    i = draw(st.sampled_from(cand))
+    i = draw(sampled_from(cand))
     L, P = int(x["seq_lens"][i]), x["page_size"]
     state = {k: x[k] for k in reference.empty_page_table(1)}
     out = reference.page_table_step(**state, page_size=P, command="window", seq=_ids(x)[i], window=L + 1, sink=0)
@@ -217,7 +218,7 @@ def _fork_past_sink(draw, x, claims):
 def _sink_ge_window(draw, x, claims):
     need(_ids(x))
     w = draw(st.integers(1, 4))
-    return {"command": "window", "seq": draw(st.sampled_from(_ids(x))), "window": w, "sink": w}
+    return {"command": "window", "seq": draw(sampled_from(_ids(x))), "window": w, "sink": w}
 
 
 def _bad_ref_counts(draw, x, claims):

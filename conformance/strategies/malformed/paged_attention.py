@@ -18,6 +18,7 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 
 from .. import paged_attention as pa
+from ..values import sampled_from
 from . import OMIT, as_float, as_int, grown, index, need, rule
 
 VARIANTS = {"ragged_paged_attention": pa.ATTENTION_VARIANTS, "write_kv": pa.WRITE_VARIANTS}
@@ -67,11 +68,11 @@ def _metadata_float(name: str):
 
 
 def _num_seqs_not_int(draw, x, claims):
-    return {"num_seqs": draw(st.sampled_from((True, float(x["num_seqs"]))))}
+    return {"num_seqs": draw(sampled_from((True, float(x["num_seqs"]))))}
 
 
 def _return_scores_not_bool(draw, x, claims):
-    return {"return_scores": draw(st.sampled_from((1, 0)))}
+    return {"return_scores": draw(sampled_from((1, 0)))}
 
 
 # --- shapes and heads (PA-27) ---------------------------------------------------------------------
@@ -89,7 +90,7 @@ def _pages_rank(draw, x, claims):
 
 
 def _v_pages_shape(draw, x, claims):
-    return {"v_pages": grown(x["v_pages"], draw(st.sampled_from((0, 2))))}
+    return {"v_pages": grown(x["v_pages"], draw(sampled_from((0, 2))))}
 
 
 def _other_float_kv(claims: OpClaims):
@@ -104,7 +105,7 @@ def _needs_two_float_kv(claims: OpClaims):
 
 def _v_pages_dtype(draw, x, claims):
     current = dtypes.dtype_name(x["k_pages"].dtype)
-    other = draw(st.sampled_from([d for d in _other_float_kv(claims) if d != current]))
+    other = draw(sampled_from([d for d in _other_float_kv(claims) if d != current]))
     return {"v_pages": x["v_pages"].astype(dtypes.resolve_dtype(other))}
 
 
@@ -166,7 +167,7 @@ def _q_len_exceeds_kv_len(draw, x, claims):
     q_lens = np.diff(cu[:n + 1])
     rows = np.flatnonzero(q_lens >= 1)
     need(rows.size)
-    i = int(draw(st.sampled_from(rows)))
+    i = int(draw(sampled_from(rows)))
     return _set(x, "kv_lens", i, draw(st.integers(0, int(q_lens[i]) - 1)))
 
 
@@ -182,26 +183,26 @@ def _page_index_out_of_range(draw, x, claims):
     page_size, num_pages = x["k_pages"].shape[1], x["k_pages"].shape[0]
     used = [(i, j) for i in range(n) for j in range(-(-int(kv[i]) // page_size))]
     need(used)
-    where = draw(st.sampled_from(used))
-    return _set(x, "page_indices", where, draw(st.sampled_from((num_pages, num_pages + 5, -1))))
+    where = draw(sampled_from(used))
+    return _set(x, "page_indices", where, draw(sampled_from((num_pages, num_pages + 5, -1))))
 
 
 def _num_seqs_out_of_range(draw, x, claims):
     S = x["kv_lens"].shape[0]
-    return {"num_seqs": draw(st.sampled_from((S + 1, S + 4, -1)))}
+    return {"num_seqs": draw(sampled_from((S + 1, S + 4, -1)))}
 
 
 # --- options (PA-29, PA-18) -----------------------------------------------------------------------
 
 def _option(name: str, values):
     def corrupt(draw, x, claims):
-        return {name: draw(st.sampled_from(values))}
+        return {name: draw(sampled_from(values))}
     return corrupt
 
 
 def _shards_not_dividing(draw, x, claims):
     # Hkv + 1 never divides Hkv; 0 and -2 break n >= 1
-    return {"num_shards": draw(st.sampled_from((x["k_pages"].shape[2] + 1, 0, -2)))}
+    return {"num_shards": draw(sampled_from((x["k_pages"].shape[2] + 1, 0, -2)))}
 
 
 def _sinks_shape(draw, x, claims):
@@ -210,26 +211,26 @@ def _sinks_shape(draw, x, claims):
 
 
 def _sinks_nan(draw, x, claims):
-    return _set(x, "sinks", index(draw, x["sinks"].shape[0]), draw(st.sampled_from((np.nan, np.inf))))
+    return _set(x, "sinks", index(draw, x["sinks"].shape[0]), draw(sampled_from((np.nan, np.inf))))
 
 
 def _scale_missing(draw, x, claims):
-    name = draw(st.sampled_from(("k_scale", "v_scale")))
+    name = draw(sampled_from(("k_scale", "v_scale")))
     return {name: OMIT}, name
 
 
 def _scale_on_float_pages(draw, x, claims):
-    name = draw(st.sampled_from(("k_scale", "v_scale")))
-    return {name: draw(st.sampled_from((1.0, 0.5)))}, name
+    name = draw(sampled_from(("k_scale", "v_scale")))
+    return {name: draw(sampled_from((1.0, 0.5)))}, name
 
 
 def _scale_invalid(draw, x, claims):
-    name = draw(st.sampled_from(("k_scale", "v_scale")))
-    return {name: draw(st.sampled_from(BAD_SCALES))}, name
+    name = draw(sampled_from(("k_scale", "v_scale")))
+    return {name: draw(sampled_from(BAD_SCALES))}, name
 
 
 def _layout_unknown(draw, x, claims):
-    return {"kv_layout": draw(st.sampled_from(("hybrid", "Combined", "")))}
+    return {"kv_layout": draw(sampled_from(("hybrid", "Combined", "")))}
 
 
 def _combined_with_v_pages(draw, x, claims):
@@ -251,7 +252,7 @@ def _scale_shape_wrong(draw, x, claims):
 
 def _head_scale_not_positive(draw, x, claims):
     arr = np.array(x["k_scale"], copy=True)
-    arr[index(draw, arr.shape[0])] = draw(st.sampled_from((0.0, -1.0, float("nan"), float("inf"))))
+    arr[index(draw, arr.shape[0])] = draw(sampled_from((0.0, -1.0, float("nan"), float("inf"))))
     return {"k_scale": arr}
 
 
@@ -374,7 +375,7 @@ def _duplicate_slot(draw, x, claims):
     slots = x["slot_mapping"]
     written = np.flatnonzero(slots >= 0)
     if written.size:      # one more token on a slot already written
-        return _appended(x, [int(slots[draw(st.sampled_from(written))])])
+        return _appended(x, [int(slots[draw(sampled_from(written))])])
     capacity = x["k_pages"].shape[0] * x["k_pages"].shape[1]
     s = draw(st.integers(0, capacity - 1))
     return _appended(x, [s, s])
@@ -390,7 +391,7 @@ def _slot_mapping_rank(draw, x, claims):
 
 def _token_shape(name: str):
     def corrupt(draw, x, claims):
-        return {name: grown(x[name], draw(st.sampled_from((0, 1, 2))))}
+        return {name: grown(x[name], draw(sampled_from((0, 1, 2))))}
     return corrupt
 
 
@@ -401,9 +402,9 @@ def _write_pages_rank(draw, x, claims):
 def _nan_into_int8(draw, x, claims):
     written = np.flatnonzero(x["slot_mapping"] >= 0)
     need(written.size)
-    name = draw(st.sampled_from(("k", "v")))
+    name = draw(sampled_from(("k", "v")))
     arr = _copy(x, name)
-    arr[int(draw(st.sampled_from(written))), index(draw, arr.shape[1]), index(draw, arr.shape[2])] = np.nan
+    arr[int(draw(sampled_from(written))), index(draw, arr.shape[1]), index(draw, arr.shape[2])] = np.nan
     return {name: arr}, name
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from kvconform.backends.base import OpClaims
 
 from .. import recurrent as rs
+from ..values import sampled_from
 from . import as_float, as_int, grown, index, need, rule
 
 VARIANTS = rs.VARIANTS
@@ -56,7 +57,7 @@ def _not_float(name: str):
 
 def _bool_flag(name: str):
     def corrupt(draw, x, claims):
-        return {name: draw(st.sampled_from((1, 0, "true")))}
+        return {name: draw(sampled_from((1, 0, "true")))}
     return corrupt
 
 
@@ -69,7 +70,7 @@ def _slot_rules(op: str) -> tuple:
     def out_of_range(draw, x, claims):
         idx = x["state_indices"]
         slots = x[pool].shape[0]
-        return _set(x, "state_indices", index(draw, idx.shape[0]), draw(st.sampled_from((slots, slots + 2, -2, -5))))
+        return _set(x, "state_indices", index(draw, idx.shape[0]), draw(sampled_from((slots, slots + 2, -2, -5))))
 
     def duplicate(draw, x, claims):
         idx = np.array(x["state_indices"], copy=True)
@@ -127,7 +128,7 @@ def _conv_bias(draw, x, claims):
 
 
 def _conv_activation(draw, x, claims):
-    return {"activation": draw(st.sampled_from(("relu", "gelu", "SiLU", "swish")))}
+    return {"activation": draw(sampled_from(("relu", "gelu", "SiLU", "swish")))}
 
 
 CONV_RULES = (
@@ -229,7 +230,7 @@ def _varlen_rules(op: str) -> tuple:
 # --- ssd_chunked_scan (RS-17 .. RS-19) ------------------------------------------------------------
 
 def _chunk_invalid(draw, x, claims):
-    return {"chunk_size": draw(st.sampled_from((0, -1, 2.5)))}
+    return {"chunk_size": draw(sampled_from((0, -1, 2.5)))}
 
 
 def _snapshots_negative(draw, x, claims):

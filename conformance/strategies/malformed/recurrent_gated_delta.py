@@ -4,11 +4,11 @@ sharing, the scale and normalisation flag, chunk size, plus the recurrent family
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
 
 from .. import recurrent_gated_delta as gdn
+from ..values import sampled_from
 from . import grown, need, rule
 from .recurrent import _bool_flag, _grow, _not_float, _slot_rules, _varlen_rules
 
@@ -28,11 +28,11 @@ def _qk_heads_not_dividing(draw, x, claims):
 
 
 def _scale_invalid(draw, x, claims):
-    return {"scale": draw(st.sampled_from((0.0, -1.0, float("nan"), float("inf"))))}
+    return {"scale": draw(sampled_from((0.0, -1.0, float("nan"), float("inf"))))}
 
 
 def _chunk_invalid(draw, x, claims):
-    return {"chunk_size": draw(st.sampled_from((0, -1, 2.5)))}
+    return {"chunk_size": draw(sampled_from((0, -1, 2.5)))}
 
 
 def _k_mismatch(draw, x, claims):

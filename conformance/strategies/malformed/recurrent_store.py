@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kvconform.backends.base import OpClaims
 
 from .. import recurrent_store as store
+from ..values import sampled_from
 from . import as_float, grown, need, rule
 
 OP = store.OP
@@ -54,7 +55,7 @@ def _pos_negative(draw, x, claims):
 
 
 def _pool_half(draw, x, claims):
-    name = draw(st.sampled_from(("conv_pool", "ssm_pool")))
+    name = draw(sampled_from(("conv_pool", "ssm_pool")))
     return {name: np.asarray(x[name]).astype(np.float16)}, name
 
 
@@ -65,7 +66,7 @@ def _num_slots_differ(draw, x, claims):
 # --- the command and its arguments (RS-22 … RS-27) ---------------------------------------------------
 
 def _unknown_command(draw, x, claims):
-    return {"command": draw(st.sampled_from(("fork", "seq_cp", "Assign", "")))}
+    return {"command": draw(sampled_from(("fork", "seq_cp", "Assign", "")))}
 
 
 def _seq_out_of_range(draw, x, claims):
@@ -93,14 +94,14 @@ def _negative_tokens(draw, x, claims):
 
 def _saved_dtype(draw, x, claims):
     need(x["command"] == "restore")
-    name = draw(st.sampled_from(("saved_conv", "saved_ssm")))
+    name = draw(sampled_from(("saved_conv", "saved_ssm")))
     other = np.float32 if np.asarray(x[name]).dtype == np.float64 else np.float64
     return {name: np.asarray(x[name]).astype(other)}, name
 
 
 def _saved_shape(draw, x, claims):
     need(x["command"] == "restore")
-    name = draw(st.sampled_from(("saved_conv", "saved_ssm")))
+    name = draw(sampled_from(("saved_conv", "saved_ssm")))
     return {name: grown(np.asarray(x[name]), np.ndim(x[name]) - 1)}, name
 
 
@@ -113,12 +114,12 @@ def _snapshot_counts_differ(draw, x, claims):
 
 def _copy_stateless(draw, x, claims):
     need(x["command"] == "copy" and _stateless(x))
-    return {"src": draw(st.sampled_from(_stateless(x)))}
+    return {"src": draw(sampled_from(_stateless(x)))}
 
 
 def _checkpoint_stateless(draw, x, claims):
     need(x["command"] == "checkpoint" and _stateless(x))
-    return {"seq": draw(st.sampled_from(_stateless(x)))}
+    return {"seq": draw(sampled_from(_stateless(x)))}
 
 
 def _rollback_past_position(draw, x, claims):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kvconform.backends.base import OpClaims
 
 from .. import rotation as ro
+from ..values import sampled_from
 from . import as_float, as_int, grown, index, rule
 
 VARIANTS = {"rotate_keys": ro.ROTATE_VARIANTS, "shift_keys": ro.SHIFT_VARIANTS}
@@ -68,7 +69,7 @@ def _common(op: str):
     def index_out_of_range(draw, x, claims):
         idx, dd = _listed(x, d)
         P = x["k_pages"].shape[0]
-        idx[index(draw, idx.shape[0])] = draw(st.sampled_from((P, P + 2, -1, -3)))
+        idx[index(draw, idx.shape[0])] = draw(sampled_from((P, P + 2, -1, -3)))
         return {"rotated_block_indices": idx, d: dd}
 
     def duplicate_index(draw, x, claims):
@@ -86,7 +87,7 @@ def _common(op: str):
         return {d: np.zeros((n, page_size + draw(st.integers(1, 2))), x[d].dtype)}
 
     def unknown_layout(draw, x, claims):
-        return {"layout": draw(st.sampled_from(("neox", "gptj", "HALF", "rotate_half")))}
+        return {"layout": draw(sampled_from(("neox", "gptj", "HALF", "rotate_half")))}
 
     def rotary_dim_odd(draw, x, claims):
         D = x["k_pages"].shape[-1]
@@ -136,7 +137,7 @@ def _lut_rank(draw, x, claims):
 def _lut_row_out_of_range(draw, x, claims):
     idx, d = _listed(x, "rotation_deltas")
     rows = x["trig_lut"].shape[0]
-    d[index(draw, d.shape[0]), index(draw, d.shape[1])] = draw(st.sampled_from((rows, rows + 3, -1)))
+    d[index(draw, d.shape[0]), index(draw, d.shape[1])] = draw(sampled_from((rows, rows + 3, -1)))
     return {"rotated_block_indices": idx, "rotation_deltas": d}
 
 
@@ -165,13 +166,13 @@ ROTATE_RULES = _common("rotate_keys") + (
 # --- shift_keys: theta and the int32 shifts (RO-3, RO-10) -----------------------------------------
 
 def _theta_invalid(draw, x, claims):
-    return {"theta": draw(st.sampled_from((0.0, -10000.0, float("nan"), float("inf"))))}
+    return {"theta": draw(sampled_from((0.0, -10000.0, float("nan"), float("inf"))))}
 
 
 def _deltas_outside_int32(draw, x, claims):
     idx, d = _listed(x, "position_deltas")
     d = d.astype(np.int64)
-    d[index(draw, d.shape[0]), index(draw, d.shape[1])] = draw(st.sampled_from((2 ** 31, -2 ** 31 - 1, 2 ** 40)))
+    d[index(draw, d.shape[0]), index(draw, d.shape[1])] = draw(sampled_from((2 ** 31, -2 ** 31 - 1, 2 ** 40)))
     return {"rotated_block_indices": idx, "position_deltas": d}
 
 
