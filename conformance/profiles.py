@@ -67,6 +67,7 @@ def hypothesis_settings(profile: Profile, *, budget: float = 1.0, out_dir: Path 
     (PytestAssertRewriteWarning) on every run."""
     from hypothesis import HealthCheck, Phase, Verbosity, settings
     from hypothesis.database import DirectoryBasedExampleDatabase
+    ignore_source_constants()
     examples = seed_examples or max(1, round(profile.max_examples * budget))
     database = None
     if profile.use_database and out_dir is not None:
@@ -88,3 +89,23 @@ def hypothesis_settings(profile: Profile, *, budget: float = 1.0, out_dir: Path 
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much],
     )
+
+
+def ignore_source_constants() -> None:
+    """Keep Hypothesis from drawing literals found in the source of this process's "local" modules.
+
+    Hypothesis (6.170 here) now and then draws a constant it found in the source of every loaded module
+    that lies outside site-packages and the standard library (hypothesis/internal/conjecture/providers.py,
+    `_get_local_constants`): kvconform's own modules when it runs from a checkout, a conftest, a backend
+    module imported in-process. The cases the ci profile draws, derandomized to be the same on every run,
+    then change with any literal edited in any of those files, and differ between a checkout and an
+    installed wheel (found in issue 16: one added `4096` changed what a mutant's attention test shrank to).
+    Emptying the local pool leaves Hypothesis's built-in constants (fixed per Hypothesis version, which
+    ci/constraints.txt pins). Idempotent; a no-op on a Hypothesis without that pool."""
+    from hypothesis.internal.conjecture import providers
+    if getattr(providers, "_kvconform_no_local_constants", False) or not hasattr(providers, "_get_local_constants"):
+        return
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()   # pools already built with local constants in them
+    providers._kvconform_no_local_constants = True
