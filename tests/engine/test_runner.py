@@ -281,3 +281,34 @@ def test_thorough_profile_targets_once_per_example(cli, tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:]
     results = cli.report(out)["results"]
     assert len(results) >= 4 and {r["status"] for r in results} == {"pass"}
+
+
+IDLE_MACHINE_SUITE = '''
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
+from kvconform.conformance.harness import conformance_test
+
+@conformance_test(op="write_kv", layer="stateful", clauses=("PA-42",))
+def test_machine_that_never_calls(kvc):
+    kvc.claims()
+
+    class Idle(RuleBasedStateMachine):
+        @rule(x=st.integers(0, 3))
+        def nothing(self, x):
+            pass
+
+    kvc.run_state_machine(Idle, budget=0.2, steps=2)
+'''
+
+
+def test_a_state_machine_that_never_calls_the_backend_is_not_a_pass(cli, tmp_path):
+    """A stateful test whose runs made no backend call checked nothing: after its retries with more runs it
+    is `unsupported` (counted apart), never a pass with 0 examples (harness.run_state_machine)."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_idle.py").write_text(IDLE_MACHINE_SUITE)
+    out = tmp_path / "out"
+    cli("run", "--backend", "numpy", "--suite", str(suite), "--profile", "ci", "--out", str(out))
+    (result,) = cli.report(out)["results"]
+    assert result["status"] == "unsupported" and result["examples"] == 0
+    assert "runs of Idle made no backend call" in result["message"]
