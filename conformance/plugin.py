@@ -177,11 +177,13 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(session, config, items):
     state = config._kvconform
     keep, drop = [], []
+    conformance = False
     for item in items:
         marker = item.get_closest_marker("kvconform")
         if marker is None:
             keep.append(item)
             continue
+        conformance = True
         op = marker.kwargs.get("op")
         if state.ops is not None and op not in state.ops:
             drop.append(item)
@@ -200,6 +202,8 @@ def pytest_collection_modifyitems(session, config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if conformance:   # before any test draws a case, in every process that collected conformance tests
+        profiles.ignore_source_constants()
 
 
 def _report_the_message_only(item) -> None:

@@ -67,7 +67,6 @@ def hypothesis_settings(profile: Profile, *, budget: float = 1.0, out_dir: Path 
     (PytestAssertRewriteWarning) on every run."""
     from hypothesis import HealthCheck, Phase, Verbosity, settings
     from hypothesis.database import DirectoryBasedExampleDatabase
-    ignore_source_constants()
     examples = seed_examples or max(1, round(profile.max_examples * budget))
     database = None
     if profile.use_database and out_dir is not None:
@@ -101,7 +100,10 @@ def ignore_source_constants() -> None:
     then change with any literal edited in any of those files, and differ between a checkout and an
     installed wheel (found in issue 16: one added `4096` changed what a mutant's attention test shrank to).
     Emptying the local pool leaves Hypothesis's built-in constants (fixed per Hypothesis version, which
-    ci/constraints.txt pins). Idempotent; a no-op on a Hypothesis without that pool."""
+    ci/constraints.txt pins). Process-wide, so it is called where a process starts drawing suite cases
+    and before any draw: when pytest has collected conformance tests (plugin.py) and in check-backend. A
+    pytest session without conformance tests (the plugin is loaded in every session of the environment)
+    keeps Hypothesis as it is. Idempotent; a no-op on a Hypothesis without that pool."""
     from hypothesis.internal.conjecture import providers
     if getattr(providers, "_kvconform_no_local_constants", False) or not hasattr(providers, "_get_local_constants"):
         return

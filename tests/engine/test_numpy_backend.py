@@ -23,32 +23,47 @@ def test_ci_profile_is_derandomized(cli, tmp_path):
         assert cli("run", "--backend", "numpy", "--ops", "write_kv", "--profile", "ci", "--out", str(out)).returncode == 0
         runs.append({r["id"]: r["dtypes"] for r in cli.report(out)["results"]})
     assert runs[0] == runs[1]
-def test_ci_cases_ignore_the_literals_of_local_modules(tmp_path, monkeypatch):
-    """The ci profile draws the same cases whatever local modules are loaded: Hypothesis's pool of literals
-    from local source is emptied (conformance/profiles.py:ignore_source_constants), so a new module full
-    of integer literals (like an edited kvconform module, a conftest or a backend) changes nothing."""
-    import importlib
+DRAW_TWICE = """
+import importlib, json, sys
+from hypothesis import given, strategies as st
+from kvconform.conformance import profiles
+if sys.argv[2] == "ignore":
+    profiles.ignore_source_constants()
+drawn = []
 
-    from hypothesis import given
-    from hypothesis import strategies as st
+@profiles.hypothesis_settings(profiles.get("ci"))
+@given(st.lists(st.integers(0, 10_000), min_size=5, max_size=5))
+def draw_cases(xs):
+    drawn[-1].append(xs)
 
-    from kvconform.conformance import profiles
+drawn.append([])
+draw_cases()
+sys.path.insert(0, sys.argv[1])
+importlib.import_module("kvc_literals_module")
+drawn.append([])
+draw_cases()
+print(json.dumps(drawn))
+"""
 
-    drawn = []
 
-    @profiles.hypothesis_settings(profiles.get("ci"))
-    @given(st.lists(st.integers(0, 10_000), min_size=5, max_size=5))
-    def draw_cases(xs):
-        drawn[-1].append(tuple(xs))
+@pytest.mark.parametrize("mode", ["ignore", "hypothesis_default"])
+def test_ci_cases_ignore_the_literals_of_local_modules(tmp_path, mode):
+    """The ci profile draws the same cases whatever local modules are loaded: a kvconform process empties
+    Hypothesis's pool of literals from local source (conformance/profiles.py:ignore_source_constants), so
+    a new module full of integer literals (like an edited kvconform module, a conftest or a backend)
+    changes nothing. Without that call the same import does change the cases (the control), which is what
+    makes the first check mean something. In a subprocess: the setting is process-wide."""
+    import json
+    import subprocess
+    import sys
 
-    drawn.append([])
-    draw_cases()
     (tmp_path / "kvc_literals_module.py").write_text(
         "VALUES = [" + ", ".join(str(7 * i + 3) for i in range(1000)) + "]\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.import_module("kvc_literals_module")
-    drawn.append([])
-    draw_cases()
-    assert len(drawn[0]) == 25 and drawn[0] == drawn[1]
+    proc = subprocess.run([sys.executable, "-c", DRAW_TWICE, str(tmp_path), mode], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before, after = json.loads(proc.stdout)
+    assert len(before) == 25
+    assert (before == after) == (mode == "ignore")
 
 
