@@ -208,16 +208,19 @@ def pytest_collection_modifyitems(session, config, items):
 
 def _report_the_message_only(item) -> None:
     """A conformance failure is reported as its message (what failed, the case, the tolerance, the replay
-    line), not as a traceback through the suite's own code, which tells a backend author nothing more; an
-    exception of any other kind keeps pytest's report. `--tb=long` (or any --tb) keeps every traceback.
-    Also saves time: pytest parses the source of every frame it shows (~2 ms each, ~9% of a run whose
-    tests fail and shrink, measured on a mutant of ragged_paged_attention, issue 16)."""
+    line; its first line is what pytest's short summary shows), then where the test is and Hypothesis's
+    notes on the exception (the failing example, the reproduce_failure blob, a state machine's steps), not
+    as a traceback through the suite's own code, which tells a backend author nothing more; an exception
+    of any other kind keeps pytest's report, and so does any --tb other than auto. Also saves time: pytest
+    parses the source of every frame it shows (~2 ms each, ~9% of a run whose tests fail and shrink,
+    measured on a mutant of ragged_paged_attention, issue 16)."""
     default = item.repr_failure
 
     def repr_failure(excinfo, *args, **kwargs):
         if excinfo.errisinstance(ConformanceFailure):
             path, line, _ = item.location
-            return f"{path}:{line + 1}: {item.name}\n{excinfo.value}"
+            notes = [str(note) for note in getattr(excinfo.value, "__notes__", ())]
+            return "\n".join([str(excinfo.value), f"{path}:{line + 1}: {item.name}", *notes])
         return default(excinfo, *args, **kwargs)
 
     item.repr_failure = repr_failure

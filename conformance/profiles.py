@@ -109,5 +109,7 @@ def ignore_source_constants() -> None:
         return
     empty = providers.Constants()
     providers._get_local_constants = lambda: empty
-    providers.CONSTANTS_CACHE.cache.clear()   # pools already built with local constants in them
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    if cache is not None:   # pools this thread already built with local constants in them
+        cache.cache.clear()
     providers._kvconform_no_local_constants = True

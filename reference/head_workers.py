@@ -10,8 +10,9 @@ multi-threaded BLAS hands work between its threads inside every one of them; on 
 each hand-off can wait for a scheduler slice, and the idle BLAS thread spins while NumPy's single-threaded
 exp runs. Measured there (issue 16): 8 decode-sized products took 0.1-0.35 s with 2 BLAS threads against
 2-3 ms with one, and the standard shape's prefill took ~60% of the time with two heads at a time on one
-BLAS thread each; the SSD benchmark (benchmarks/reference_recurrent.py) went from 229-236 ms to 164-172 ms
-with two blocks of 16 heads, RWKV6 from 424-439 ms (one thread) to 283-286 ms.
+BLAS thread each. On the shapes of benchmarks/reference_recurrent.py, the code before and after the SSD
+scan and RWKV6 took two blocks of 16 heads (and RWKV6 its in-place update), alternated in one process, best
+of 3: SSD 298-314 -> 134-138 ms, RWKV6 448-460 -> 265-309 ms.
 
 threadpoolctl is optional (extra `fast`, part of `all`): without it every call runs inline on BLAS's own
 threads, so the oracle still needs nothing but NumPy and ml_dtypes, only slower on large calls.

@@ -8,8 +8,6 @@ overflow. float8 values are drawn uniformly from all finite values of the format
 """
 from __future__ import annotations
 
-import functools
-
 import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
@@ -139,25 +137,43 @@ def pick(draw, options, what: str):
 
 
 def sampled_from(options):
-    """`st.sampled_from(options)`, one strategy object per list or tuple of options.
+    """`st.sampled_from(options)`, one strategy object per list or tuple of the same options.
 
     Hypothesis reuses the strategy objects of integers() and lists() but builds a new sampled_from() on
     every call, and a new strategy works out its properties again on its first draw: ~0.1 ms each time a
-    composite strategy draws from one, ~5% of a shrinking test's time (issue 16). The cached strategy is
-    built from a container of the same type: Hypothesis labels a tuple's strategy by the tuple's hash and a
-    list's by its elements, and the shrinker matches those labels, so drawing and shrinking go exactly
-    as with a new strategy. Other containers (ranges, sets, arrays) get a new strategy each time."""
+    composite strategy draws from one, ~5% of a shrinking test's time (issue 16). Options are the same
+    when they have the same types and values, floats told apart by their repr (0.0 and -0.0 compare
+    equal) and tuples element by element (so (1, 2) is not (1.0, 2.0)); options of other types (arrays,
+    dtypes, NumPy scalars) and other containers (ranges, sets) get a new strategy each time. The options
+    and their order are kept, so draws and shrinking go as with a new strategy."""
     if type(options) not in (list, tuple):
         return st.sampled_from(options)
-    try:   # keyed with the options' types: 2 and 2.0 hash alike
-        return _sampled_from(type(options), tuple((type(o), o) for o in options))
-    except TypeError:     # an unhashable option
+    try:
+        key = tuple(_option_key(o) for o in options)
+    except TypeError:
         return st.sampled_from(options)
+    strategy = _SAMPLED.get(key)
+    if strategy is None:
+        if len(_SAMPLED) >= _MAX_SAMPLED:   # bounded: option tuples built from drawn values vary
+            _SAMPLED.clear()
+        strategy = _SAMPLED[key] = st.sampled_from(tuple(options))
+    return strategy
 
 
-@functools.lru_cache(maxsize=4096)
-def _sampled_from(container: type, typed_options: tuple):
-    return st.sampled_from(container(o for _, o in typed_options))
+_SAMPLED: dict[tuple, st.SearchStrategy] = {}
+_MAX_SAMPLED = 4096
+
+
+def _option_key(o):
+    """A key equal for two options only when they are interchangeable draws; TypeError for other types."""
+    kind = type(o)
+    if kind in (str, int, bool, type(None)):
+        return kind, o
+    if kind is float:
+        return kind, repr(o)
+    if kind is tuple:
+        return kind, tuple(_option_key(e) for e in o)
+    raise TypeError(kind.__name__)
 
 
 _ = ml_dtypes  # ml_dtypes registers the bfloat16/float8 NumPy dtypes used above

@@ -1,6 +1,7 @@
 """Oracle-free identities of the recurrent reference: chunked == token by token, split invariance,
 no leakage, untouched rows, group mapping, conv layouts (spec/recurrent.md)."""
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -274,6 +275,7 @@ def test_rs8_heads_on_a_thread_pool_change_no_bit(cu, heads_groups, workers, see
     """Large SSD and RWKV6 calls run blocks of heads on a thread pool (reference/head_workers.py). Each
     head's sums are its own (RS-8), so any block split gives the inline result bit for bit."""
     from kvconform.reference import head_workers
+    pytest.importorskip("threadpoolctl")   # without it the reference never pools: nothing to compare
 
     rng = np.random.default_rng(seed)
     heads, groups = heads_groups
@@ -291,6 +293,7 @@ def test_rs8_heads_on_a_thread_pool_change_no_bit(cu, heads_groups, workers, see
     saved = head_workers._MIN_LOGITS, head_workers._usable_cpus
     head_workers._MIN_LOGITS, head_workers._usable_cpus = 0, lambda: workers   # a pool even on one CPU
     try:
+        assert head_workers.pool_size(0, heads) > 1
         pooled = both()
     finally:
         head_workers._MIN_LOGITS, head_workers._usable_cpus = saved
