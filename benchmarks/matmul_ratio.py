@@ -80,8 +80,8 @@ def measure(run, flops: float, repeats: int) -> dict:
     for _ in range(repeats):  # alternate, so both see the same machine state
         best_gemm = min(best_gemm, gemm_seconds(a, b))
         # OpenBLAS's worker threads spin for a while after a multi-threaded call before they sleep (its
-        # thread timeout, ~0.1 s by default) and would take a core from an op that starts at once: the SSD
-        # scan measured 176-180 ms straight after the GEMM, 139-143 ms after this pause (issue 16).
+        # thread timeout) and would take a core from an op that starts at once: the SSD scan measured
+        # 176-180 ms straight after the GEMM, 139-143 ms after this pause (issue 16).
         time.sleep(SETTLE_SECONDS)
         t0 = time.perf_counter()
         run()

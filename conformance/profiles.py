@@ -95,7 +95,7 @@ def ignore_source_constants() -> None:
 
     Hypothesis (6.170 here) now and then draws a constant it found in the source of every loaded module
     that lies outside site-packages and the standard library (hypothesis/internal/conjecture/providers.py,
-    `_get_local_constants`): kvconform's own modules when it runs from a checkout, a conftest, a backend
+    `_get_local_constants`, line 325 in 6.170.15): kvconform's own modules when it runs from a checkout, a conftest, a backend
     module imported in-process. The cases the ci profile draws, derandomized to be the same on every run,
     then change with any literal edited in any of those files, and differ between a checkout and an
     installed wheel (found in issue 16: one added `4096` changed what a mutant's attention test shrank to).
