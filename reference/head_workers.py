@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-__all__ = ["head_map", "pool_size"]
+__all__ = ["head_map", "head_blocks", "pool_size"]
 
 # Work (elements, see head_map) from which a thread pool pays for its start (~1 ms).
 _MIN_LOGITS = 1 << 20
@@ -62,6 +62,17 @@ def pool_size(work: int, num_heads: int) -> int:
     if _blas_controller() is None or work < _MIN_LOGITS:
         return 1
     return max(1, min(num_heads, _usable_cpus(), _MAX_WORKERS))
+
+
+def head_blocks(work: int, num_heads: int, groups: int = 1) -> list[tuple[int, slice]]:
+    """(group, heads) blocks for `head_map`: the heads of each of `groups` equal groups cut into contiguous
+    ranges, about `pool_size(work, num_heads)` blocks in all (one per group at least), so that a block's
+    heads share their group's inputs (the SSD scan's B and C, RS-16)."""
+    per_group = num_heads // groups
+    pieces = max(1, min(per_group, -(-pool_size(work, num_heads) // groups)))
+    cuts = [per_group * i // pieces for i in range(pieces + 1)]
+    return [(g, slice(g * per_group + a, g * per_group + b)) for g in range(groups)
+            for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 _lock = threading.Lock()

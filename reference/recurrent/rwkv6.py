@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..head_workers import head_map, pool_size
+from ..head_workers import head_blocks, head_map
 from ..validation import check_shape, float_input
 from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
 from .varlen import cu_seqlens_input
@@ -60,8 +60,7 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
     # (head_workers.py, for speed only: each head's sums are its own, whatever the blocks).
     work = r.shape[0] * heads * dk * dv
     with head_map(work, heads) as map_blocks:
-        parts = pool_size(work, heads)
-        blocks = [slice(heads * i // parts, heads * (i + 1) // parts) for i in range(parts)]
+        blocks = [h for _, h in head_blocks(work, heads)]
         for s in range(cu.shape[0] - 1):
             if idx[s] < 0:
                 continue

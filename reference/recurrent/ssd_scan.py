@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..head_workers import head_map, pool_size
+from ..head_workers import head_blocks, head_map
 from ..validation import int_scalar
 from .activations import silu
 from .args import bool_flag, mamba2_inputs, mamba2_options
@@ -86,8 +86,7 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
     tokens, seqs = xa.shape[0], cu.shape[0] - 1
     chunk, k_snap = call.chunk_size, call.num_snapshots
     dtp = effective_dt(call.dt, call.dt_bias, call.dt_softplus)
-    groups = call.B.shape[1]
-    per_group = heads // groups                                   # head h reads group h // per_group (RS-16)
+    groups = call.B.shape[1]                                      # head h reads group h // (H / G) (RS-16)
 
     start = gather_rows(pool, idx, call.has_initial_state)        # [S, H, P, N]
     final = np.zeros_like(start)
@@ -98,7 +97,7 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
     # gets the same bits whatever the blocks).
     work = tokens * heads * p * n
     with head_map(work, heads) as map_blocks:
-        blocks = _head_blocks(groups, per_group, pool_size(work, heads))
+        blocks = head_blocks(work, heads, groups)
         for s in range(seqs):
             if idx[s] < 0:
                 continue
@@ -121,14 +120,6 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
         out = out * silu(call.z)
     out[_padding_tokens(cu, idx, tokens)] = 0.0
     return SSDScan(out, scatter_rows(pool, idx, final), snaps.astype(pool.dtype))
-
-
-def _head_blocks(groups: int, per_group: int, parts: int) -> list[tuple[int, slice]]:
-    """(group, heads) blocks: each group's heads cut into about parts / groups contiguous ranges."""
-    pieces = max(1, min(per_group, -(-parts // groups)))
-    cuts = [per_group * i // pieces for i in range(pieces + 1)]
-    return [(g, slice(g * per_group + a, g * per_group + b)) for g in range(groups)
-            for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 def _scan_heads(S, x, dt, A, B, C, chunk, wanted, out, snaps):
