@@ -1,6 +1,7 @@
 """RWKV6 wkv over packed variable-length sequences and a slot pool (spec/recurrent.md RS-20)."""
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -49,6 +50,8 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
 
     Per token and head: y[v] = sum_k r[k] (S[k, v] + u[k] k[k] v[v]); then S <- w[k] S[k, v] + k[k] v[v].
     No scale is applied. Returns WKV6(out, state = new pool with each live sequence's final state).
+    Whole chunks of a long sequence are computed in an equivalent closed form where that is exact to
+    float64 rounding (`_chunks`); the rest token by token (`_recur`).
     """
     call = validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, state_indices=state_indices,
                               has_initial_state=has_initial_state)
@@ -67,19 +70,49 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
             tokens = slice(int(cu[s]), int(cu[s + 1]))
 
             def run_block(h, s=s, tokens=tokens):
-                S_all[s, h] = _recur(S_all[s, h], r[tokens, h], k[tokens, h], v[tokens, h], w[tokens, h], u[h],
-                                     out[tokens, h])
+                S_all[s, h] = _scan(S_all[s, h], r[tokens, h], k[tokens, h], v[tokens, h], w[tokens, h], u[h],
+                                    out[tokens, h])
 
             for _ in map_blocks(run_block, blocks):
                 pass
     return WKV6(out, scatter_rows(call.state, idx, S_all))
 
 
-def _recur(S, r, k, v, w, u, out):
-    """One sequence through some heads, token by token (RS-20).
+# Whole chunks of _CHUNK tokens take a closed form (`_chunks`): the recurrence regrouped so that its products
+# are GEMMs and the state is touched once per chunk rather than once per token (issue 16's speed). It is
+# taken per head and chunk only where it is exact to float64 rounding (`_closed_form_holds`); every other
+# case (zero, negative or extreme decays, non-finite values, extreme magnitudes) and each sequence's last
+# partial chunk run the recurrence as RS-20 states it (`_recur`).
+_CHUNK = 32
+_SEGMENT = 4         # chunks whose elementwise work and products are formed together
+# Bound on the decay products inside a chunk and on the magnitudes of r and k: with both inside
+# [2^-400, 2^400] every factor of `_chunks` (r P, k / P, k P[Q-1] / P) is a normal float64 or 0.
+_RANGE = 2.0 ** 400
+
+
+def _scan(S, r, k, v, w, u, out):
+    """One sequence through some heads (RS-20): whole chunks in closed form where it holds, the rest token
+    by token.
 
     S: float64[Hb, K, V] starting state; r, k, w: float64[L, Hb, K]; v: float64[L, Hb, V]; u: float64[Hb, K].
-    Writes out[L, Hb, V] in place; returns the final state.
+    Writes out[L, Hb, V] in place; returns the final state (a new array).
+    """
+    length, chunk = r.shape[0], _CHUNK
+    whole = length - length % chunk
+    S = S.copy()
+    if whole:
+        work = _Workspace.for_chunks(min(whole // chunk, _SEGMENT), *S.shape)
+        for start in range(0, whole, chunk * _SEGMENT):
+            seg = slice(start, min(whole, start + chunk * _SEGMENT))
+            _chunks(S, r[seg], k[seg], v[seg], w[seg], u, out[seg], work)
+    return _recur(S, r[whole:], k[whole:], v[whole:], w[whole:], u, out[whole:])
+
+
+def _recur(S, r, k, v, w, u, out):
+    """Some tokens of one sequence through some heads, token by token: RS-20 as the spec states it.
+
+    S: float64[Hb, K, V] starting state; r, k, w: float64[L, Hb, K]; v: float64[L, Hb, V]; u: float64[Hb, K].
+    Writes out[L, Hb, V] in place; returns the final state (a new array).
     """
     S = S.copy()
     kv = np.empty_like(S)   # k v^T of one token, [Hb, K, V]; written in place: no allocation per token
@@ -90,6 +123,129 @@ def _recur(S, r, k, v, w, u, out):
         S *= w[t][:, :, None]
         S += np.multiply(k[t][:, :, None], v[t][:, None, :], out=kv)
     return S
+
+
+class _Workspace(NamedTuple):
+    """Arrays `_chunks` writes into, allocated once per sequence and block of heads: fresh temporaries of
+    a MiB or more cost ~0.4 ms per MiB in page faults on the 2-core VM of issue 16, more than the arithmetic.
+
+    decays: float64[C, Q, Hb, K] (token-major, as the inputs);
+    r, k, P, r_dec, k_inc, k_end, scratch: float64[Hb, C, Q, K]; v, y: float64[Hb, C, Q, V];
+    scores: float64[Hb, C, Q, Q]; read: float64[Hb, Q, V]; write: float64[Hb, K, V].
+    """
+    decays: np.ndarray
+    r: np.ndarray
+    k: np.ndarray
+    P: np.ndarray
+    r_dec: np.ndarray
+    k_inc: np.ndarray
+    k_end: np.ndarray
+    scratch: np.ndarray
+    v: np.ndarray
+    y: np.ndarray
+    scores: np.ndarray
+    read: np.ndarray
+    write: np.ndarray
+
+    @classmethod
+    def for_chunks(cls, C, heads, dk, dv):
+        Q = _CHUNK
+        keys = [np.empty((heads, C, Q, dk)) for _ in range(7)]
+        return cls(np.empty((C, Q, heads, dk)), *keys, np.empty((heads, C, Q, dv)), np.empty((heads, C, Q, dv)),
+                   np.empty((heads, C, Q, Q)), np.empty((heads, Q, dv)), np.empty((heads, dk, dv)))
+
+    def first(self, C):
+        """The workspace cut to its first C chunks (a sequence's last segment may be shorter)."""
+        return _Workspace(self.decays[:C], *(x[:, :C] if x.ndim == 4 else x for x in self[1:]))
+
+
+def _chunks(S, r, k, v, w, u, out, work):
+    """C whole chunks of Q = _CHUNK tokens of one sequence through some heads: RS-20 unrolled over each chunk.
+
+    S: float64[Hb, K, V] state before them, updated in place; r, k, w: float64[C*Q, Hb, K];
+    v: float64[C*Q, Hb, V]; u: float64[Hb, K]; writes out[C*Q, Hb, V]; work: a `_Workspace` for >= C chunks.
+
+    Inside a chunk, with P[t] = prod_{j<=t} w[j] per channel (P[-1] = 1), the state token t reads is
+    S_t = P[t-1] S + sum_{s<t} (P[t-1] / P[s]) k[s] v[s]^T, so
+        y[t]   = (r[t] P[t-1]) S + sum_{s<t} <r[t] P[t-1], k[s] / P[s]> v[s] + <r[t], u k[t]> v[t]
+        S_next = P[Q-1] S + sum_s (k[s] P[Q-1] / P[s]) v[s]^T.
+    A head and chunk where `_closed_form_holds` fails, or whose state is not finite, runs `_recur`
+    instead, from the same state.
+    """
+    heads, Q = r.shape[1], _CHUNK
+    C = r.shape[0] // Q
+    W = work.first(C)
+    chunked = [x.reshape(C, Q, heads, -1) for x in (r, k, v, w)]          # views [C, Q, Hb, .]
+    P = W.decays                     # a cumprod along Q, token-major (~5x faster than along a strided axis)
+    P[:, 0] = chunked[3][:, 0]
+    for t in range(1, Q):
+        np.multiply(P[:, t - 1], chunked[3][:, t], out=P[:, t])
+    # head-major copies [Hb, C, Q, .]: every per-head matrix has one layout whatever Hb (the same BLAS calls)
+    for dst, x in ((W.r, chunked[0]), (W.k, chunked[1]), (W.v, chunked[2]), (W.P, P)):
+        np.copyto(dst, x.transpose(2, 0, 1, 3))
+    P = W.P
+    holds = _closed_form_holds(P, W.r, W.k, W.v, W.scratch)             # [Hb, C]
+    last = P[:, :, -1:]                                                    # P[Q-1], [Hb, C, 1, K]
+    with np.errstate(all="ignore"):  # chunks where the form does not hold may overflow; they are redone
+        W.r_dec[:, :, 0] = W.r[:, :, 0]
+        np.multiply(W.r[:, :, 1:], P[:, :, :-1], out=W.r_dec[:, :, 1:])             # r[t] P[t-1]
+        np.divide(W.k, P, out=W.k_inc)                                              # k[s] / P[s]
+        np.multiply(W.k, np.divide(last, P, out=W.scratch), out=W.k_end)            # k[s] P[Q-1] / P[s]
+        np.matmul(W.r_dec, W.k_inc.transpose(0, 1, 3, 2), out=W.scores)              # [Hb, C, Q, Q]
+        # entries s >= t are not decays (their factors P[t-1] / P[s] >= 1 may overflow): zeroed, not masked
+        # by a product; the diagonal is the bonus u (s = t)
+        np.copyto(W.scores, 0.0, where=_upper_triangle(Q))
+        diagonal = np.arange(Q)
+        bonus = np.matmul(np.multiply(W.r, W.k, out=W.scratch), u[:, None, :, None])        # [Hb, C, Q, 1]
+        W.scores[..., diagonal, diagonal] = bonus[..., 0]
+        np.matmul(W.scores, W.v, out=W.y)                                                # [Hb, C, Q, V]
+    finite = np.all(np.isfinite(S), axis=(1, 2))   # stays so through closed-form chunks (finite inputs)
+    for c in range(C):
+        fast = holds[:, c] & finite
+        if fast.all():
+            W.y[:, c] += np.matmul(W.r_dec[:, c], S, out=W.read)
+            S *= last[:, c].transpose(0, 2, 1)
+            S += np.matmul(W.k_end[:, c].transpose(0, 2, 1), W.v[:, c], out=W.write)
+            continue
+        for h in np.flatnonzero(fast):
+            W.y[h, c] += W.r_dec[h, c] @ S[h]
+            S[h] = last[h, c].T * S[h] + W.k_end[h, c].T @ W.v[h, c]
+        slow = ~fast
+        y_slow = np.empty((Q, int(slow.sum()), W.v.shape[3]))
+        S[slow] = _recur(S[slow], *(x[c][:, slow] for x in chunked), u[slow], y_slow)
+        W.y[slow, c] = y_slow.transpose(1, 0, 2)
+        finite[slow] = np.all(np.isfinite(S[slow]), axis=(1, 2))
+    np.copyto(out.reshape(C, Q, heads, -1), W.y.transpose(1, 2, 0, 3))
+
+
+@functools.cache
+def _upper_triangle(Q):
+    """bool[Q, Q], True where s >= t (row t, column s)."""
+    return ~np.tri(Q, k=-1, dtype=bool)
+
+
+def _closed_form_holds(P, r, k, v, scratch):
+    """Per head and chunk, may `_chunks` use its closed form? bool[Hb, C].
+
+    P: float64[Hb, C, Q, K] the decay products inside each chunk; r, k: float64[Hb, C, Q, K];
+    v: float64[Hb, C, Q, V]; scratch: float64[Hb, C, Q, K], overwritten.
+    Yes where every P lies in [1/_RANGE, _RANGE] (so every w > 0 and finite), every r and k is 0 or of a
+    magnitude in that range, and v is finite (a 0 above the diagonal times a NaN would spread it); the
+    caller also asks for a finite state. A NaN or infinite u needs no check: it reaches only the bonus, the
+    same way in both forms. A head's answer reads only its own values, so a head takes the same path
+    whatever block or batch it is in (RS-7, RS-8); each factor's relative error stays below (Q + 2) * 2^-53
+    (NU-2).
+    """
+    axes = (2, 3)
+    holds = (P.min(axis=axes) >= 1 / _RANGE) & (P.max(axis=axes) <= _RANGE)     # NaN compares False
+    holds &= np.isfinite(v.min(axis=axes)) & np.isfinite(v.max(axis=axes))
+    for x in (r, k):
+        a = np.abs(x, out=scratch)
+        holds &= a.max(axis=axes) <= _RANGE
+        small = a.min(axis=axes) < 1 / _RANGE     # a tiny nonzero value, or only a 0 (allowed)
+        if small.any():
+            holds[small] &= np.all((a[small] >= 1 / _RANGE) | (a[small] == 0), axis=(1, 2))
+    return holds
 
 
 def validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None

@@ -1,6 +1,8 @@
 """Input builders and token-by-token oracles shared by the recurrent tests (not a test module)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from kvconform import reference as R
@@ -66,3 +68,38 @@ def bits(a):
     """Bytes of an array, for bitwise comparison that also treats NaN payloads exactly."""
     a = np.ascontiguousarray(a)
     return a.dtype.str, a.shape, a.tobytes()
+
+
+def rwkv6_token_by_token(r, k, v, w, u, S):
+    """The reference's RS-20 with no closed-form chunk (every token through its recurrence), one sequence.
+
+    r, k, w: [L, H, K]; v: [L, H, V]; u: [H, K]; S: [H, K, V] starting state. Returns (out [L, H, V], state).
+    """
+    with rwkv6_chunking(1 << 62, 1):
+        res = R.rwkv6_wkv(r, k, v, w, u, np.asarray(S)[None], np.array([0, r.shape[0]]))
+    return res.out, res.state[0]
+
+
+@contextmanager
+def rwkv6_chunking(chunk: int, segment: int):
+    """Run `rwkv6_wkv` with closed-form chunks of `chunk` tokens, `segment` chunks at a time (module
+    constants of reference/recurrent/rwkv6.py; restored on exit)."""
+    from kvconform.reference.recurrent import rwkv6
+    saved = rwkv6._CHUNK, rwkv6._SEGMENT
+    rwkv6._CHUNK, rwkv6._SEGMENT = chunk, segment
+    try:
+        yield rwkv6
+    finally:
+        rwkv6._CHUNK, rwkv6._SEGMENT = saved
+
+
+def same_values(a, b, rtol=1e-9):
+    """`close` on the finite entries, and NaN, +inf and -inf exactly where the other side has them."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape:
+        return False
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        if not np.array_equal(test(a), test(b)):
+            return False
+    finite = np.isfinite(b)
+    return close(a[finite], b[finite], rtol)

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from kvconform import reference as R
 
-from ._recurrent_cases import bits, close, mamba2_inputs, ssd, ssd_token_by_token
+from ._recurrent_cases import (bits, close, mamba2_inputs, rwkv6_chunking, rwkv6_token_by_token, same_values, ssd,
+                               ssd_token_by_token)
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -228,10 +229,16 @@ def test_rs13_three_conv_layouts_agree(W, extra, steps, seed):
 
 
 @FAST
-@given(cu=packed_lengths(), cut=st.integers(0, 9), seed=st.integers(0, 2**31))
-def test_rs20_rwkv6_split_and_no_leakage(cu, cut, seed):
+@given(cu=packed_lengths(), cut=st.integers(0, 9), seed=st.integers(0, 2**31), chunk=st.integers(1, 4),
+       segment=st.integers(1, 2))
+def test_rs20_rwkv6_split_and_no_leakage(cu, cut, seed, chunk, segment):
     """RS-20 with RS-7: splitting every sequence in two calls carrying state equals one call, and a sequence
-    alone in another slot gives bitwise the same result as packed."""
+    alone in another slot gives bitwise the same result as packed (closed-form chunks of 1-4 tokens)."""
+    with rwkv6_chunking(chunk, segment):
+        _rwkv6_split_and_alone(cu, cut, seed)
+
+
+def _rwkv6_split_and_alone(cu, cut, seed):
     rng = np.random.default_rng(seed)
     seqs, T, H, K, V = len(cu) - 1, int(cu[-1]), 2, 3, 2
     r, k, v = rng.standard_normal((T, H, K)), rng.standard_normal((T, H, K)), rng.standard_normal((T, H, V))
@@ -284,10 +291,12 @@ def test_rs8_heads_on_a_thread_pool_change_no_bit(cu, heads_groups, workers, see
     inp = mamba2_inputs(rng, T, heads, groups, 2, 3, num_slots=seqs + 1)
     r, k, v = rng.standard_normal((T, heads, 3)), rng.standard_normal((T, heads, 3)), rng.standard_normal((T, heads, 2))
     w, u, pool = rng.uniform(0.0, 1.0, (T, heads, 3)), rng.standard_normal((heads, 3)), rng.standard_normal((seqs + 1, heads, 3, 2))
+    w[rng.random(w.shape) < 0.05] = 0.0     # some heads' chunks leave RWKV6's closed form, others keep it
 
     def both():
-        return (ssd(inp, cu, chunk_size=3, state_indices=slots, num_snapshots=snaps),
-                R.rwkv6_wkv(r, k, v, w, u, pool, cu, state_indices=slots))
+        with rwkv6_chunking(2, 2):
+            return (ssd(inp, cu, chunk_size=3, state_indices=slots, num_snapshots=snaps),
+                    R.rwkv6_wkv(r, k, v, w, u, pool, cu, state_indices=slots))
 
     inline = both()
     saved = head_workers._MIN_LOGITS, head_workers._usable_cpus
@@ -300,3 +309,69 @@ def test_rs8_heads_on_a_thread_pool_change_no_bit(cu, heads_groups, workers, see
     for a, b in zip(inline, pooled):
         for x, y in zip(a, b):
             assert bits(x) == bits(y)
+
+
+RWKV6_HAZARDS = ("none", "zero_w", "tiny_w", "growing_w", "nan_v", "inf_r", "nan_u", "nan_state", "inf_state", "huge_k",
+                 "large_k", "tiny_r", "zero_r")
+
+
+@pytest.mark.parametrize("hazard", RWKV6_HAZARDS)
+@FAST
+@given(length=st.integers(0, 24), heads=st.integers(1, 3), dk=st.integers(1, 4), dv=st.integers(1, 4),
+       chunk=st.integers(1, 5), segment=st.integers(1, 3), seed=st.integers(0, 2**31))
+def test_rs20_rwkv6_closed_form_chunks_equal_the_recurrence(hazard, length, heads, dk, dv, chunk, segment, seed):
+    """RS-20: the reference's closed-form chunks (reference/recurrent/rwkv6.py `_chunks`) give the token by
+    token recurrence within NU-R3, with NaN and infinities exactly where it has them, for decays that
+    vanish (w = 0), underflow, grow (w > 1) and for non-finite or extreme values (which leave the form)."""
+    rng = np.random.default_rng(seed)
+    r, k = rng.standard_normal((length, heads, dk)), rng.standard_normal((length, heads, dk))
+    v, w = rng.standard_normal((length, heads, dv)), rng.uniform(0.3, 1.0, (length, heads, dk))
+    u, S0 = rng.standard_normal((heads, dk)), rng.standard_normal((1, heads, dk, dv))
+    spot = (int(rng.integers(length)), int(rng.integers(heads))) if length else None
+    if spot is not None or hazard in ("nan_u", "nan_state", "inf_state"):
+        values = {"zero_w": ("w", 0.0), "tiny_w": ("w", 1e-130), "growing_w": ("w", 3.0), "nan_v": ("v", np.nan),
+                  "inf_r": ("r", np.inf), "huge_k": ("k", 1e200), "large_k": ("k", 1e100), "tiny_r": ("r", 1e-300),
+                  "zero_r": ("r", 0.0)}
+        if hazard in values:
+            name, value = values[hazard]
+            {"r": r, "k": k, "v": v, "w": w}[name][spot] = value
+        elif hazard == "nan_u":
+            u[0, 0] = np.nan
+        elif hazard in ("nan_state", "inf_state"):
+            S0[0, 0, 0, 0] = np.nan if hazard == "nan_state" else -np.inf
+    with rwkv6_chunking(chunk, segment):
+        got = R.rwkv6_wkv(r, k, v, w, u, S0, np.array([0, length]))
+    out, S = rwkv6_token_by_token(r, k, v, w, u, S0[0])
+    assert same_values(got.out, out) and same_values(got.state[0], S)
+
+
+def test_rs20_rwkv6_closed_form_runs_where_it_holds_and_only_there(monkeypatch):
+    """The closed form really carries clean chunks (no token goes through `_recur` but the tail), and a
+    zero decay sends only its own head and chunk token by token."""
+    rng = np.random.default_rng(7)
+    L, heads = 14, 3
+    r, k, v = (rng.standard_normal((L, heads, 2)) for _ in range(3))
+    w, u, S0 = rng.uniform(0.5, 1.0, (L, heads, 2)), rng.standard_normal((heads, 2)), np.zeros((1, heads, 2, 2))
+    with rwkv6_chunking(4, 2) as module:
+        recurred = []
+        inner = module._recur
+        monkeypatch.setattr(module, "_recur", lambda S, r, *a: recurred.append(r.shape[:2]) or inner(S, r, *a))
+        R.rwkv6_wkv(r, k, v, w, u, S0, np.array([0, L]))
+        assert recurred == [(2, heads)]                 # the 2-token tail only
+        recurred.clear()
+        w[5, 1, 0] = 0.0                               # chunk 1 (tokens 4-7), head 1
+        got = R.rwkv6_wkv(r, k, v, w, u, S0, np.array([0, L]))
+        assert recurred == [(4, 1), (2, heads)]
+    out, S = rwkv6_token_by_token(r, k, v, w, u, S0[0])
+    assert same_values(got.out, out) and same_values(got.state[0], S)
+
+
+def test_rs20_rwkv6_closed_form_leaves_tiny_values_to_the_recurrence():
+    """r = 1e-300 under decays of 1e-5: the form's r P[t-1] would be subnormal (1e-320, a few bits) while
+    the recurrence's terms stay normal, so such a chunk must run token by token (`_closed_form_holds`)."""
+    one = np.ones((5, 1, 1))
+    r, k, v, w = one * 1e-300, one, one, one * 1e-5
+    with rwkv6_chunking(5, 1):
+        got = R.rwkv6_wkv(r, k, v, w, np.zeros((1, 1)), np.ones((1, 1, 1, 1)), np.array([0, 5]))
+    out, S = rwkv6_token_by_token(r, k, v, w, np.zeros((1, 1)), np.ones((1, 1, 1)))
+    assert np.all(np.abs(got.out - out) <= 1e-12 * np.abs(out)) and np.all(np.abs(got.state[0] - S) <= 1e-12 * S)
