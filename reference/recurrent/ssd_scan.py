@@ -130,28 +130,32 @@ def _scan_heads(S, x, dt, A, B, C, chunk, wanted, out, snaps):
     Writes out[L, Hb, P] (y without D and z) and snaps[K, Hb, P, N] in place; returns the final state.
     """
     length = x.shape[0]
-    # Heads leading, tokens second to last: each chunk's sums are then matrix products per head.
-    x = np.ascontiguousarray(x.transpose(1, 0, 2))                # [Hb, L, P]
+    # Heads leading, tokens second to last: each chunk's sums are then matrix products per head. x is
+    # copied so one chunk at a time, into one buffer (a whole transposed copy costs page faults).
+    x_chunk = np.empty((x.shape[1], min(chunk, length), x.shape[2]))  # [Hb, Q, P]
     dt = np.ascontiguousarray(dt.T)                               # [Hb, L]
     if 0 in wanted:
         snaps[wanted[0]] = S
     # The running state, transposed ([Hb, N, P]: the read C S^T is then a product of plain row-major
     # operands, ~25% faster than through a transposed view); each chunk updates it in place.
     S_T = np.ascontiguousarray(S.swapaxes(-1, -2))
+    scratch = np.empty_like(S_T)
     for c0 in range(0, length, chunk):
         c1 = min(c0 + chunk, length)
-        y, at = _chunk(S_T, x[:, c0:c1], dt[:, c0:c1], A, B[c0:c1], C[c0:c1],
-                       [t - c0 for t in wanted if c0 < t <= c1])
+        xc = x_chunk[:, :c1 - c0]
+        np.copyto(xc, x[c0:c1].transpose(1, 0, 2))
+        y, at = _chunk(S_T, xc, dt[:, c0:c1], A, B[c0:c1], C[c0:c1], [t - c0 for t in wanted if c0 < t <= c1],
+                       scratch)
         out[c0:c1] = y.transpose(1, 0, 2)
         for t_rel, S_t in at.items():
             snaps[wanted[t_rel + c0]] = S_t.swapaxes(-1, -2)
     return S_T.swapaxes(-1, -2)
 
 
-def _chunk(S_T, x, dt, A, B, C, want):
+def _chunk(S_T, x, dt, A, B, C, want, scratch):
     """One chunk of Q tokens in closed form (RS-18) for Hb heads of one group:
     S_T [Hb,N,P] (the state transposed); x [Hb,Q,P]; dt [Hb,Q] (dt'); A [Hb]; B, C [Q,N] (the group's,
-    shared by its heads).
+    shared by its heads); scratch [Hb,N,P], overwritten.
 
     cs_i = sum_{k<=i} dt_k A (per head, np.cumsum); the decay from token j to token i >= j is
     exp(cs_i - cs_j). The products over tokens and state columns are matrix products over the two trailing
@@ -174,9 +178,9 @@ def _chunk(S_T, x, dt, A, B, C, want):
     y *= np.exp(cs)[..., None]
     y += weights @ x                                              # plus the intra-chunk part
 
-    def absorbed(t):  # what the chunk's first t tokens add to the state, 1 <= t <= Q: transposed, [Hb, N, P]
+    def absorbed(t, out=None):  # what the chunk's first t tokens add to the state, 1 <= t <= Q: [Hb, N, P]
         w = np.exp(cs[:, t - 1, None] - cs[:, :t]) * dt[:, :t]               # [Hb, t]
-        return B[:t].T @ (w[..., None] * x[:, :t, :])
+        return np.matmul(B[:t].T, w[..., None] * x[:, :t, :], out=out)
 
     def state_after(t):
         return np.exp(cs[:, t - 1])[:, None, None] * S_T + absorbed(t)
@@ -185,7 +189,7 @@ def _chunk(S_T, x, dt, A, B, C, want):
     # state_after(q), written over S_T: a fresh [Hb, N, P] state and its temporary per chunk cost more in
     # page faults than the product itself (issue 16)
     S_T *= np.exp(cs[:, q - 1])[:, None, None]
-    S_T += absorbed(q)
+    S_T += absorbed(q, out=scratch)
     return y, snapshots
 
 
