@@ -102,7 +102,13 @@ def round_to(x: np.ndarray, dtype) -> np.ndarray:
     return np.asarray(x, dtype=np.float64).astype(np.dtype(dtype))
 
 
-def upcast(x: np.ndarray, scale: float | None = None) -> np.ndarray:
-    """Exact float64 value of stored data, times `scale` when given (value = stored * scale)."""
-    out = np.asarray(x).astype(np.float64)
-    return out if scale is None else out * np.float64(np.float32(scale))
+def upcast(x: np.ndarray, scale: float | None = None, *, out: np.ndarray | None = None) -> np.ndarray:
+    """Exact float64 value of stored data, times `scale` when given (value = stored * scale); written into
+    `out` (float64, x's shape) when given."""
+    if out is None:
+        out = np.asarray(x).astype(np.float64)
+    else:
+        np.copyto(out, x, casting="safe")
+    if scale is not None:
+        out *= np.float64(np.float32(scale))
+    return out

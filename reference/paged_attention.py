@@ -11,10 +11,14 @@ cannot reach the output (PA-24). Inside the gathered range, masked logits are re
 selection, never by multiplying with 0 (0 * Inf = NaN).
 
 Speed (issue 16; benchmarks/reference_attention.py): keys and values are upcast one KV head at a time into
-contiguous float64 [L, D] arrays, and the KV heads of a large call run in parallel (head_workers.py).
+contiguous float64 [L, D] arrays, and the KV heads of a large call run in parallel (head_workers.py). Those
+arrays and the logits are written into buffers that the KV heads of one call hand on to each other
+(`_Workspace`): fresh arrays of tens of MiB cost page faults on every use.
 """
 from __future__ import annotations
 
+import math
+import queue
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -120,14 +124,38 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     # each (head_workers.py, for speed only: every head computes the same values either way).
     q_lens = np.diff(call.cu_q_lens[:call.num_seqs + 1])
     num_logits = int(np.dot(q_lens, call.kv_lens[:call.num_seqs])) * Hq
+    workspaces = queue.SimpleQueue()   # one per KV head in flight, reused by the next (see _Workspace)
     with head_map(num_logits, call.k_pages.shape[2]) as map_heads:
         for i in range(call.num_seqs):
-            _attend_sequence(call, i, out, scores, map_heads)
+            _attend_sequence(call, i, out, scores, map_heads, workspaces)
     return AttentionOutput(out, scores) if return_scores else out
 
 
-def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None, map_heads) -> None:
-    """Fill the output rows (and the score row) of sequence i in place; map_heads runs the KV heads."""
+class _Workspace:
+    """Float64 buffers for one KV head in flight: its gathered keys and values and a block of logits.
+
+    A KV head takes a workspace from the call's queue (or makes one) and puts it back when done, so the
+    next head overwrites the same memory. Speed only: every value is written before it is read. Why: on
+    the 2-core VM of issue 16 a fresh array costs a page fault per 4 KiB on first touch (0.4 ms per MiB
+    or worse), and a 32k-key head allocated 64 MiB of keys and values and up to 128 MiB of logits.
+    """
+
+    def __init__(self):
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """A C-contiguous float64 array of `shape` (contents undefined), from buffer `name`, grown as needed."""
+        size = math.prod(shape)
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.size < size:
+            buffer = self._buffers[name] = np.empty(size)
+        return buffer[:size].reshape(shape)
+
+
+def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None, map_heads,
+                     workspaces: queue.SimpleQueue) -> None:
+    """Fill the output rows (and the score row) of sequence i in place; map_heads runs the KV heads, each
+    with a `_Workspace` taken from `workspaces` and put back."""
     row0, row1 = int(call.cu_q_lens[i]), int(call.cu_q_lens[i + 1])
     q_len, kv_len = row1 - row0, int(call.kv_lens[i])
     if q_len == 0:  # PA-8: no rows, no output, no score mass
@@ -153,21 +181,29 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
 
     def attend_kv_head(kv_head: int) -> list[np.ndarray]:
         """Fill the rows of the query heads reading kv_head; return their score mass per row block."""
+        try:
+            work = workspaces.get_nowait()
+        except queue.Empty:
+            work = _Workspace()
         # PA-12: query heads kv_head * group .. + group - 1 read this KV head; no KV head is repeated.
         # One KV head is gathered at a time: float64 keys of all heads of a 32k-token sequence would
         # take 256 MiB, and a contiguous [L, D] operand is what the matrix products read fastest.
-        keys = _gather(call.k_pages, table_row, lo, kv_len, call.k_scale, kv_head)  # [L, D]
-        values = _gather(call.v_pages, table_row, lo, kv_len, call.v_scale, kv_head)
+        keys = _gather(call.k_pages, table_row, lo, kv_len, call.k_scale, kv_head,
+                       work.array("keys", (kv_len - lo, D)))
+        values = _gather(call.v_pages, table_row, lo, kv_len, call.v_scale, kv_head,
+                         work.array("values", (kv_len - lo, D)))
         heads = slice(kv_head * group, (kv_head + 1) * group)
         sinks = None if call.sinks is None else call.sinks[heads]
         masses = []
         for t0 in range(0, q_len, block):
             t1 = min(q_len, t0 + block)
+            logits = work.array("logits", (t1 - t0, group, kv_len - lo))
             out[row0 + t0:row0 + t1, heads], probs = _attend_group(
                 call.q[row0 + t0:row0 + t1, heads], keys, values, visible[t0:t1],
-                sinks, call, scores is not None)
+                sinks, call, scores is not None, logits)
             if scores is not None:
                 masses.append(probs.sum(axis=(0, 1)))
+        workspaces.put(work)
         return masses
 
     for masses in map_heads(attend_kv_head, range(Hkv)):
@@ -175,16 +211,17 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
             scores[i, lo:kv_len] += mass
 
 
-def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, want_probs: bool):
+def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, want_probs: bool, logits):
     """Softmax attention of the query heads sharing one KV head.
 
     q_group: float64[q_len, G, D]; keys, values: float64[L, D]; visible: bool[q_len, L];
-    sinks: float64[G] or None. Returns (out float64[q_len, G, D], probs float64[q_len, G, L] or None).
+    sinks: float64[G] or None; logits: float64[q_len, G, L], C-contiguous, overwritten (the probabilities).
+    Returns (out float64[q_len, G, D], probs float64[q_len, G, L] (= logits) or None).
     """
     q_len, group, D = q_group.shape
     # PA-14: scaling q (q_len * group * D products) instead of the logits saves a pass over them.
     scaled_q = q_group.reshape(q_len * group, D) * call.sm_scale
-    logits = (scaled_q @ keys.T).reshape(q_len, group, -1)
+    np.matmul(scaled_q, keys.T, out=logits.reshape(q_len * group, -1))
     if call.soft_cap is not None:  # PA-16: tanh saturates, so huge logits stay finite
         logits /= call.soft_cap
         np.tanh(logits, out=logits)
@@ -214,8 +251,10 @@ def _attend_group(q_group, keys, values, visible, sinks, call: AttentionCall, wa
     return out, logits
 
 
-def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale, head: int) -> np.ndarray:
-    """Dequantized tokens lo .. hi-1 of one sequence and one KV head as float64[hi - lo, D] (PA-10, PA-19).
+def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale, head: int, out: np.ndarray
+            ) -> np.ndarray:
+    """Dequantized tokens lo .. hi-1 of one sequence and one KV head (PA-10, PA-19), written into and
+    returned as out: float64[hi - lo, D].
 
     Only the pages holding those tokens are read, and only this head's slots lo .. hi-1 are upcast.
     """
@@ -225,8 +264,10 @@ def _gather(pages: np.ndarray, table_row: np.ndarray, lo: int, hi: int, scale, h
     start = lo - first_page * page_size
     tokens = tokens.reshape(-1, D)[start:start + (hi - lo)]
     if isinstance(scale, np.ndarray) and scale.ndim:   # per-head or per-token scales (PA-48)
-        return dtypes.upcast(tokens) * scales_of(scale, table_row, lo, hi, pages.shape[2])[:, head]
-    return dtypes.upcast(tokens, scale)
+        values = dtypes.upcast(tokens, out=out)
+        values *= scales_of(scale, table_row, lo, hi, pages.shape[2])[:, head]
+        return values
+    return dtypes.upcast(tokens, scale, out=out)
 
 
 # --------------------------------------------------------------------------------------------------
