@@ -50,8 +50,9 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
 
     Per token and head: y[v] = sum_k r[k] (S[k, v] + u[k] k[k] v[v]); then S <- w[k] S[k, v] + k[k] v[v].
     No scale is applied. Returns WKV6(out, state = new pool with each live sequence's final state).
-    Whole chunks of a long sequence are computed in an equivalent closed form where that is exact to
-    float64 rounding (`_chunks`); the rest token by token (`_recur`).
+    Whole chunks of a long sequence are computed in an equivalent closed form where neither form can
+    overflow or underflow (`_chunks`): the two then differ only by the rounding of their terms (RS-8). The
+    rest runs token by token (`_recur`).
     """
     call = validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, state_indices=state_indices,
                               has_initial_state=has_initial_state)
@@ -80,14 +81,18 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
 
 # Whole chunks of _CHUNK tokens take a closed form (`_chunks`): the recurrence regrouped so that its products
 # are GEMMs and the state is touched once per chunk rather than once per token (issue 16's speed). It is
-# taken per head and chunk only where it is exact to float64 rounding (`_closed_form_holds`); every other
-# case (zero, negative or extreme decays, non-finite values, extreme magnitudes) and each sequence's last
-# partial chunk run the recurrence as RS-20 states it (`_recur`).
+# taken per head and chunk only where neither form can overflow or underflow (`_closed_form_holds`), so the
+# two differ only by the rounding of their terms (class R, RS-8); every other case (zero, negative or
+# extreme decays, non-finite values, extreme magnitudes) and each sequence's last partial chunk run the
+# recurrence as RS-20 states it (`_recur`), and so give exactly its NaN, infinities and underflows.
 _CHUNK = 32
 _SEGMENT = 4         # chunks whose elementwise work and products are formed together
-# Bound on the decay products inside a chunk and on the magnitudes of r and k: with both inside
-# [2^-400, 2^400] every factor of `_chunks` (r P, k / P, k P[Q-1] / P) is a normal float64 or 0.
-_RANGE = 2.0 ** 400
+# Bounds of the closed form: nonzero |r|, |k|, |v|, |u| within [2^-100, 2^100], |S| <= 2^100 and the
+# decay products P within [2^-200, 2^200]. Every product either form makes of them then lies within
+# [2^-700, 2^700] (a decay ratio P[t-1] / P[s] is within 2^+-400), far inside float64's normal range,
+# except products with a state entry below 2^-700, which can differ by a subnormal rounding (< 2^-1000).
+_INPUTS = 2.0 ** 100
+_DECAYS = 2.0 ** 200
 
 
 def _scan(S, r, k, v, w, u, out):
@@ -98,7 +103,7 @@ def _scan(S, r, k, v, w, u, out):
     Writes out[L, Hb, V] in place; returns the final state (a new array).
     """
     length, chunk = r.shape[0], _CHUNK
-    whole = length - length % chunk
+    whole = length - length % chunk if S.size else 0    # no chunks for zero-size heads
     S = S.copy()
     if whole:
         work = _Workspace.for_chunks(min(whole // chunk, _SEGMENT), *S.shape)
@@ -167,26 +172,28 @@ def _chunks(S, r, k, v, w, u, out, work):
 
     Inside a chunk, with P[t] = prod_{j<=t} w[j] per channel (P[-1] = 1), the state token t reads is
     S_t = P[t-1] S + sum_{s<t} (P[t-1] / P[s]) k[s] v[s]^T, so
-        y[t]   = (r[t] P[t-1]) S + sum_{s<t} <r[t] P[t-1], k[s] / P[s]> v[s] + <r[t], u k[t]> v[t]
+        y[t]   = (r[t] P[t-1]) S + sum_{s<t} <r[t] P[t-1], k[s] / P[s]> v[s] + <r[t] u, k[t]> v[t]
         S_next = P[Q-1] S + sum_s (k[s] P[Q-1] / P[s]) v[s]^T.
-    A head and chunk where `_closed_form_holds` fails, or whose state is not finite, runs `_recur`
-    instead, from the same state.
+    A head and chunk where `_closed_form_holds` fails, or whose state entering the chunk exceeds
+    _INPUTS in magnitude (or is not finite), runs `_recur` instead, from the same state.
     """
     heads, Q = r.shape[1], _CHUNK
     C = r.shape[0] // Q
     W = work.first(C)
     chunked = [x.reshape(C, Q, heads, -1) for x in (r, k, v, w)]          # views [C, Q, Hb, .]
-    P = W.decays                     # a cumprod along Q, token-major (~5x faster than along a strided axis)
-    P[:, 0] = chunked[3][:, 0]
-    for t in range(1, Q):
-        np.multiply(P[:, t - 1], chunked[3][:, t], out=P[:, t])
-    # head-major copies [Hb, C, Q, .]: every per-head matrix has one layout whatever Hb (the same BLAS calls)
-    for dst, x in ((W.r, chunked[0]), (W.k, chunked[1]), (W.v, chunked[2]), (W.P, P)):
-        np.copyto(dst, x.transpose(2, 0, 1, 3))
-    P = W.P
-    holds = _closed_form_holds(P, W.r, W.k, W.v, W.scratch)             # [Hb, C]
-    last = P[:, :, -1:]                                                    # P[Q-1], [Hb, C, 1, K]
-    with np.errstate(all="ignore"):  # chunks where the form does not hold may overflow; they are redone
+    # Everything up to the loop is also formed for chunks where the form does not hold (they are redone
+    # token by token): their overflows and invalid values are expected, and silenced.
+    with np.errstate(all="ignore"):
+        P = W.decays                 # a cumprod along Q, token-major (~5x faster than along a strided axis)
+        P[:, 0] = chunked[3][:, 0]
+        for t in range(1, Q):
+            np.multiply(P[:, t - 1], chunked[3][:, t], out=P[:, t])
+        # head-major copies [Hb, C, Q, .]: every per-head matrix has one layout whatever Hb (same BLAS calls)
+        for dst, x in ((W.r, chunked[0]), (W.k, chunked[1]), (W.v, chunked[2]), (W.P, P)):
+            np.copyto(dst, x.transpose(2, 0, 1, 3))
+        P = W.P
+        holds = _closed_form_holds(P, W.r, W.k, W.v, u, W.scratch, W.y)     # [Hb, C]
+        last = P[:, :, -1:]                                                # P[Q-1], [Hb, C, 1, K]
         W.r_dec[:, :, 0] = W.r[:, :, 0]
         np.multiply(W.r[:, :, 1:], P[:, :, :-1], out=W.r_dec[:, :, 1:])             # r[t] P[t-1]
         np.divide(W.k, P, out=W.k_inc)                                              # k[s] / P[s]
@@ -196,12 +203,13 @@ def _chunks(S, r, k, v, w, u, out, work):
         # by a product; the diagonal is the bonus u (s = t)
         np.copyto(W.scores, 0.0, where=_upper_triangle(Q))
         diagonal = np.arange(Q)
-        bonus = np.matmul(np.multiply(W.r, W.k, out=W.scratch), u[:, None, :, None])        # [Hb, C, Q, 1]
-        W.scores[..., diagonal, diagonal] = bonus[..., 0]
+        bonus = np.multiply(W.r, u[:, None, None, :], out=W.scratch)            # r u k, as `_recur` orders it
+        bonus *= W.k
+        W.scores[..., diagonal, diagonal] = bonus.sum(axis=3)
         np.matmul(W.scores, W.v, out=W.y)                                                # [Hb, C, Q, V]
-    finite = np.all(np.isfinite(S), axis=(1, 2))   # stays so through closed-form chunks (finite inputs)
     for c in range(C):
-        fast = holds[:, c] & finite
+        # S grows or shrinks with the decays: checked at every chunk (NaN compares False)
+        fast = holds[:, c] & (S.max(axis=(1, 2)) <= _INPUTS) & (S.min(axis=(1, 2)) >= -_INPUTS)
         if fast.all():
             W.y[:, c] += np.matmul(W.r_dec[:, c], S, out=W.read)
             S *= last[:, c].transpose(0, 2, 1)
@@ -214,7 +222,6 @@ def _chunks(S, r, k, v, w, u, out, work):
         y_slow = np.empty((Q, int(slow.sum()), W.v.shape[3]))
         S[slow] = _recur(S[slow], *(x[c][:, slow] for x in chunked), u[slow], y_slow)
         W.y[slow, c] = y_slow.transpose(1, 0, 2)
-        finite[slow] = np.all(np.isfinite(S[slow]), axis=(1, 2))
     np.copyto(out.reshape(C, Q, heads, -1), W.y.transpose(1, 2, 0, 3))
 
 
@@ -224,28 +231,30 @@ def _upper_triangle(Q):
     return ~np.tri(Q, k=-1, dtype=bool)
 
 
-def _closed_form_holds(P, r, k, v, scratch):
+def _closed_form_holds(P, r, k, v, u, scratch_k, scratch_v):
     """Per head and chunk, may `_chunks` use its closed form? bool[Hb, C].
 
     P: float64[Hb, C, Q, K] the decay products inside each chunk; r, k: float64[Hb, C, Q, K];
-    v: float64[Hb, C, Q, V]; scratch: float64[Hb, C, Q, K], overwritten.
-    Yes where every P lies in [1/_RANGE, _RANGE] (so every w > 0 and finite), every r and k is 0 or of a
-    magnitude in that range, and v is finite (a 0 above the diagonal times a NaN would spread it); the
-    caller also asks for a finite state. A NaN or infinite u needs no check: it reaches only the bonus, the
-    same way in both forms. A head's answer reads only its own values, so a head takes the same path
-    whatever block or batch it is in (RS-7, RS-8); each factor's relative error stays below (Q + 2) * 2^-53
-    (NU-2).
+    v: float64[Hb, C, Q, V]; u: float64[Hb, K]; scratch_k, scratch_v: float64 like k and v, overwritten.
+    Yes where every P lies within [1/_DECAYS, _DECAYS] (so every w is positive and finite) and every r,
+    k, v and u is 0 or of a magnitude within [1/_INPUTS, _INPUTS] (so finite); `_chunks` also bounds the
+    state. A head's answer reads only its own values, so a head takes the same path whatever block or
+    batch it is in (RS-7, RS-8).
     """
     axes = (2, 3)
-    holds = (P.min(axis=axes) >= 1 / _RANGE) & (P.max(axis=axes) <= _RANGE)     # NaN compares False
-    holds &= np.isfinite(v.min(axis=axes)) & np.isfinite(v.max(axis=axes))
-    for x in (r, k):
-        a = np.abs(x, out=scratch)
-        holds &= a.max(axis=axes) <= _RANGE
-        small = a.min(axis=axes) < 1 / _RANGE     # a tiny nonzero value, or only a 0 (allowed)
-        if small.any():
-            holds[small] &= np.all((a[small] >= 1 / _RANGE) | (a[small] == 0), axis=(1, 2))
-    return holds
+    holds = (P.min(axis=axes) >= 1 / _DECAYS) & (P.max(axis=axes) <= _DECAYS)     # NaN compares False
+    for x, scratch in ((r, scratch_k), (k, scratch_k), (v, scratch_v)):
+        holds &= _magnitudes_within(np.abs(x, out=scratch), axes)
+    return holds & _magnitudes_within(np.abs(u)[:, None, :], (2,))
+
+
+def _magnitudes_within(a, axes):
+    """Whether every entry of `a` (magnitudes) is 0 or within [1/_INPUTS, _INPUTS], reduced over `axes`."""
+    within = a.max(axis=axes) <= _INPUTS
+    small = a.min(axis=axes) < 1 / _INPUTS           # a tiny nonzero value, or only a 0 (allowed)
+    if small.any():
+        within[small] &= np.all((a[small] >= 1 / _INPUTS) | (a[small] == 0), axis=tuple(range(1, len(axes) + 1)))
+    return within
 
 
 def validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None

@@ -1,5 +1,7 @@
 """Oracle-free identities of the recurrent reference: chunked == token by token, split invariance,
 no leakage, untouched rows, group mapping, conv layouts (spec/recurrent.md)."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -375,3 +377,70 @@ def test_rs20_rwkv6_closed_form_leaves_tiny_values_to_the_recurrence():
         got = R.rwkv6_wkv(r, k, v, w, np.zeros((1, 1)), np.ones((1, 1, 1, 1)), np.array([0, 5]))
     out, S = rwkv6_token_by_token(r, k, v, w, np.zeros((1, 1)), np.ones((1, 1, 1)))
     assert np.all(np.abs(got.out - out) <= 1e-12 * np.abs(out)) and np.all(np.abs(got.state[0] - S) <= 1e-12 * S)
+
+
+def _rwkv6_case(length, **tokens):
+    """One head, K = V = 1, `length` tokens: r = k = v = 0 and w = 1 except the tokens given as
+    name={t: value}; u and the starting state as u=..., S=... (default 0)."""
+    arrays = {name: np.full((length, 1, 1), 1.0 if name == "w" else 0.0) for name in "rkvw"}
+    for name, values in tokens.items():
+        if name in arrays:
+            for t, value in values.items():
+                arrays[name][t] = value
+    u = np.full((1, 1), tokens.get("u", 0.0))
+    S = np.full((1, 1, 1), tokens.get("S", 0.0))
+    return arrays["r"], arrays["k"], arrays["v"], arrays["w"], u, S
+
+
+# Chunks near float64's limits, where the closed form and the recurrence would overflow or underflow in
+# different places (found by review, 2026-11-25): each must leave the closed form, so the result is the
+# recurrence's own, bit for bit.
+RWKV6_RANGE_CASES = {
+    "k v overflows in the recurrence only": _rwkv6_case(3, k={0: 2.0}, v={0: 1e308}, w={0: 0.5, 1: 0.5, 2: 0.5}),
+    "bonus (r u) k overflows": _rwkv6_case(3, r={0: 2.0}, k={0: 0.25}, v={0: 1.0}, u=1e308),
+    "bonus (r u) k underflows": _rwkv6_case(3, r={0: 2.0 ** -400}, k={0: 2.0 ** 400}, v={0: 2.0 ** 1000},
+                                            u=2.0 ** -1000),
+    "state overflows mid-chunk": _rwkv6_case(3, r={2: 1.0}, k={0: 1.0, 1: 1.0}, v={0: 1e308, 1: -1e308}, S=1.5e308),
+    "decays peak mid-chunk over a huge state": _rwkv6_case(3, r={0: 1.0, 1: 1.0}, v={0: 1.0, 1: 1.0, 2: 1.0},
+                                                           w={0: 2.0 ** 200, 1: 2.0 ** 200, 2: 2.0 ** -400},
+                                                           S=2.0 ** 700),
+    "score r P / P k overflows, tiny v": _rwkv6_case(3, r={0: 1.0, 1: 1.0, 2: 2.0 ** 300}, k={0: 2.0 ** 300},
+                                                     v={0: 2.0 ** -200}, w={0: 2.0 ** -250, 1: 2.0 ** 500}),
+    "score underflows, huge v": _rwkv6_case(3, r={2: 2.0 ** -400}, k={0: 2.0 ** -400}, v={0: 2.0 ** 1000},
+                                            w={0: 2.0 ** 400, 1: 2.0 ** -800}),
+    "k P[Q-1] / P overflows": _rwkv6_case(3, k={0: 2.0 ** 400}, v={0: 2.0 ** -300}, w={0: 2.0 ** -400, 1: 2.0 ** 800}),
+}
+
+
+@pytest.mark.parametrize("name", RWKV6_RANGE_CASES)
+def test_rs20_rwkv6_closed_form_never_over_or_underflows_where_the_recurrence_does_not(name):
+    """Outside the closed form's bounds (reference/recurrent/rwkv6.py _INPUTS, _DECAYS) a chunk runs token
+    by token: the result, NaN, infinities and underflows included, is the recurrence's bit for bit."""
+    r, k, v, w, u, S = RWKV6_RANGE_CASES[name]
+    with np.errstate(all="ignore"):
+        with rwkv6_chunking(3, 1):
+            got = R.rwkv6_wkv(r, k, v, w, u, S[None], np.array([0, 3]))
+        out, state = rwkv6_token_by_token(r, k, v, w, u, S)
+    assert bits(got.out) == bits(out) and bits(got.state[0]) == bits(state)
+
+
+@pytest.mark.parametrize("H,K,V", [(2, 0, 2), (2, 2, 0), (0, 2, 2)])
+def test_rs20_rwkv6_zero_size_heads_over_whole_chunks(H, K, V):
+    """Zero-size dimensions pass validation; a sequence of whole chunks gives the empty or zero result."""
+    L = 8
+    with rwkv6_chunking(4, 1):
+        res = R.rwkv6_wkv(np.ones((L, H, K)), np.ones((L, H, K)), np.ones((L, H, V)), np.ones((L, H, K)),
+                          np.ones((H, K)), np.ones((1, H, K, V)), np.array([0, L]))
+    assert res.out.shape == (L, H, V) and not np.any(res.out) and res.state.shape == (1, H, K, V)
+
+
+def test_rs20_rwkv6_closed_form_warns_only_where_the_recurrence_does():
+    """Decay products that overflow in a chunk the form then leaves must not raise NumPy warnings the
+    recurrence would not (they would be errors under -W error)."""
+    zeros = np.zeros((8, 1, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with rwkv6_chunking(4, 2):
+            got = R.rwkv6_wkv(zeros, zeros, zeros, np.full((8, 1, 1), 1e200), np.zeros((1, 1)),
+                              np.zeros((1, 1, 1, 1)), np.array([0, 8]))
+    assert not np.any(got.out) and not np.any(got.state)
