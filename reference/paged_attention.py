@@ -13,7 +13,7 @@ selection, never by multiplying with 0 (0 * Inf = NaN).
 Speed (issue 16; benchmarks/reference_attention.py): keys and values are upcast one KV head at a time into
 contiguous float64 [L, D] arrays, and the KV heads of a large call run in parallel (head_workers.py). Those
 arrays and the logits are written into buffers that the KV heads of one call hand on to each other
-(`_Workspace`): fresh arrays of tens of MiB cost page faults on every use.
+(`_HeadBuffers`): fresh arrays of tens of MiB cost page faults on every use.
 """
 from __future__ import annotations
 
@@ -124,17 +124,17 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     # each (head_workers.py, for speed only: every head computes the same values either way).
     q_lens = np.diff(call.cu_q_lens[:call.num_seqs + 1])
     num_logits = int(np.dot(q_lens, call.kv_lens[:call.num_seqs])) * Hq
-    workspaces = queue.SimpleQueue()   # one per KV head in flight, reused by the next (see _Workspace)
+    head_buffers = queue.SimpleQueue()   # one per KV head in flight, reused by the next (see _HeadBuffers)
     with head_map(num_logits, call.k_pages.shape[2]) as map_heads:
         for i in range(call.num_seqs):
-            _attend_sequence(call, i, out, scores, map_heads, workspaces)
+            _attend_sequence(call, i, out, scores, map_heads, head_buffers)
     return AttentionOutput(out, scores) if return_scores else out
 
 
-class _Workspace:
+class _HeadBuffers:
     """Float64 buffers for one KV head in flight: its gathered keys and values and a block of logits.
 
-    A KV head takes a workspace from the call's queue (or makes one) and puts it back when done, so the
+    A KV head takes buffers from the call's queue (or makes new ones) and puts them back when done, so the
     next head overwrites the same memory. Speed only: every value is written before it is read. Why: on
     the 2-core VM of issue 16 a fresh array costs a page fault per 4 KiB on first touch (0.4 ms per MiB
     or worse), and a 32k-key head allocated 64 MiB of keys and values and up to 128 MiB of logits.
@@ -153,9 +153,9 @@ class _Workspace:
 
 
 def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None, map_heads,
-                     workspaces: queue.SimpleQueue) -> None:
+                     head_buffers: queue.SimpleQueue) -> None:
     """Fill the output rows (and the score row) of sequence i in place; map_heads runs the KV heads, each
-    with a `_Workspace` taken from `workspaces` and put back."""
+    with a `_HeadBuffers` taken from `head_buffers` and put back."""
     row0, row1 = int(call.cu_q_lens[i]), int(call.cu_q_lens[i + 1])
     q_len, kv_len = row1 - row0, int(call.kv_lens[i])
     if q_len == 0:  # PA-8: no rows, no output, no score mass
@@ -182,9 +182,9 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
     def attend_kv_head(kv_head: int) -> list[np.ndarray]:
         """Fill the rows of the query heads reading kv_head; return their score mass per row block."""
         try:
-            work = workspaces.get_nowait()
+            work = head_buffers.get_nowait()
         except queue.Empty:
-            work = _Workspace()
+            work = _HeadBuffers()
         # PA-12: query heads kv_head * group .. + group - 1 read this KV head; no KV head is repeated.
         # One KV head is gathered at a time: float64 keys of all heads of a 32k-token sequence would
         # take 256 MiB, and a contiguous [L, D] operand is what the matrix products read fastest.
@@ -203,7 +203,7 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
                 sinks, call, scores is not None, logits)
             if scores is not None:
                 masses.append(probs.sum(axis=(0, 1)))
-        workspaces.put(work)
+        head_buffers.put(work)
         return masses
 
     for masses in map_heads(attend_kv_head, range(Hkv)):

@@ -106,7 +106,7 @@ def _scan(S, r, k, v, w, u, out):
     whole = length - length % chunk if S.size else 0    # no chunks for zero-size heads
     S = S.copy()
     if whole:
-        work = _Workspace.for_chunks(min(whole // chunk, _SEGMENT), *S.shape)
+        work = _ChunkBuffers.for_chunks(min(whole // chunk, _SEGMENT), *S.shape)
         for start in range(0, whole, chunk * _SEGMENT):
             seg = slice(start, min(whole, start + chunk * _SEGMENT))
             _chunks(S, r[seg], k[seg], v[seg], w[seg], u, out[seg], work)
@@ -130,7 +130,7 @@ def _recur(S, r, k, v, w, u, out):
     return S
 
 
-class _Workspace(NamedTuple):
+class _ChunkBuffers(NamedTuple):
     """Arrays `_chunks` writes into, allocated once per sequence and block of heads: fresh temporaries of
     a MiB or more cost ~0.4 ms per MiB in page faults on the 2-core VM of issue 16, more than the arithmetic.
 
@@ -160,15 +160,15 @@ class _Workspace(NamedTuple):
                    np.empty((heads, C, Q, Q)), np.empty((heads, Q, dv)), np.empty((heads, dk, dv)))
 
     def first(self, C):
-        """The workspace cut to its first C chunks (a sequence's last segment may be shorter)."""
-        return _Workspace(self.decays[:C], *(x[:, :C] if x.ndim == 4 else x for x in self[1:]))
+        """The buffers cut to their first C chunks (a sequence's last segment may be shorter)."""
+        return _ChunkBuffers(self.decays[:C], *(x[:, :C] if x.ndim == 4 else x for x in self[1:]))
 
 
 def _chunks(S, r, k, v, w, u, out, work):
     """C whole chunks of Q = _CHUNK tokens of one sequence through some heads: RS-20 unrolled over each chunk.
 
     S: float64[Hb, K, V] state before them, updated in place; r, k, w: float64[C*Q, Hb, K];
-    v: float64[C*Q, Hb, V]; u: float64[Hb, K]; writes out[C*Q, Hb, V]; work: a `_Workspace` for >= C chunks.
+    v: float64[C*Q, Hb, V]; u: float64[Hb, K]; writes out[C*Q, Hb, V]; work: a `_ChunkBuffers` for >= C chunks.
 
     Inside a chunk, with P[t] = prod_{j<=t} w[j] per channel (P[-1] = 1), the state token t reads is
     S_t = P[t-1] S + sum_{s<t} (P[t-1] / P[s]) k[s] v[s]^T, so
