@@ -393,8 +393,8 @@ def _rwkv6_case(length, **tokens):
 
 
 # Chunks near float64's limits, where the closed form and the recurrence would overflow or underflow in
-# different places (found by review, 2026-11-25): each must leave the closed form, so the result is the
-# recurrence's own, bit for bit.
+# different places (found by review, 2026-11-25): each leaves the closed form (or, for a huge u alone,
+# gets the bonus computed as the recurrence computes it), so the result is the recurrence's own, bit for bit.
 RWKV6_RANGE_CASES = {
     "k v overflows in the recurrence only": _rwkv6_case(3, k={0: 2.0}, v={0: 1e308}, w={0: 0.5, 1: 0.5, 2: 0.5}),
     "bonus (r u) k overflows": _rwkv6_case(3, r={0: 2.0}, k={0: 0.25}, v={0: 1.0}, u=1e308),
@@ -421,7 +421,8 @@ RWKV6_RANGE_CASES = {
 @pytest.mark.parametrize("name", RWKV6_RANGE_CASES)
 def test_rs20_rwkv6_closed_form_never_over_or_underflows_where_the_recurrence_does_not(name):
     """Outside the closed form's bounds (reference/recurrent/rwkv6.py _INPUTS, _DECAYS) a chunk runs token
-    by token: the result, NaN, infinities and underflows included, is the recurrence's bit for bit."""
+    by token, and u reaches only the bonus, computed alike: the result, NaN, infinities and underflows
+    included, is the recurrence's bit for bit."""
     r, k, v, w, u, S = RWKV6_RANGE_CASES[name]
     with np.errstate(all="ignore"):
         with rwkv6_chunking(3, 1):
