@@ -29,7 +29,7 @@ from contextlib import contextmanager
 __all__ = ["head_map", "head_blocks", "pool_size"]
 
 # Work (elements, see head_map) from which a thread pool pays for its start (~1 ms).
-_MIN_LOGITS = 1 << 20
+_MIN_WORK = 1 << 20
 # Each worker holds one KV head's float64 keys, values and a logit block (~200 MiB at 32k keys, measured
 # 407 MiB peak with 2 workers); 4 workers keep a 32k-key call under 1 GiB of extra memory.
 _MAX_WORKERS = 4
@@ -57,9 +57,9 @@ def head_map(work: int, num_heads: int) -> Iterator[Callable[[Callable, Iterable
 
 
 def pool_size(work: int, num_heads: int) -> int:
-    """Threads `head_map` runs on: min(num_heads, usable CPUs, _MAX_WORKERS) from `_MIN_LOGITS` elements of
+    """Threads `head_map` runs on: min(num_heads, usable CPUs, _MAX_WORKERS) from `_MIN_WORK` elements of
     work on, where threadpoolctl is installed; else 1 (inline)."""
-    if _blas_controller() is None or work < _MIN_LOGITS:
+    if _blas_controller() is None or work < _MIN_WORK:
         return 1
     return max(1, min(num_heads, _usable_cpus(), _MAX_WORKERS))
 

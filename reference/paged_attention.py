@@ -12,12 +12,11 @@ selection, never by multiplying with 0 (0 * Inf = NaN).
 
 Speed (issue 16; benchmarks/reference_attention.py): keys and values are upcast one KV head at a time into
 contiguous float64 [L, D] arrays, and the KV heads of a large call run in parallel (head_workers.py). Those
-arrays and the logits are written into buffers that the KV heads of one call hand on to each other
-(`_HeadBuffers`): fresh arrays of tens of MiB cost page faults on every use.
+arrays and the logits are written into `buffers.Buffers` that the KV heads of one call hand on to each
+other: fresh arrays of tens of MiB cost page faults on every use.
 """
 from __future__ import annotations
 
-import math
 import queue
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -25,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes
+from .buffers import Buffers
 from .head_workers import head_map
 from .kv_layouts import canonical_kv
 from .page_pools import check_token_scales, kv_pools, kv_scale, scales_of
@@ -124,38 +124,17 @@ def ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens
     # each (head_workers.py, for speed only: every head computes the same values either way).
     q_lens = np.diff(call.cu_q_lens[:call.num_seqs + 1])
     num_logits = int(np.dot(q_lens, call.kv_lens[:call.num_seqs])) * Hq
-    head_buffers = queue.SimpleQueue()   # one per KV head in flight, reused by the next (see _HeadBuffers)
+    head_buffers = queue.SimpleQueue()   # one Buffers per KV head in flight, reused by the next
     with head_map(num_logits, call.k_pages.shape[2]) as map_heads:
         for i in range(call.num_seqs):
             _attend_sequence(call, i, out, scores, map_heads, head_buffers)
     return AttentionOutput(out, scores) if return_scores else out
 
 
-class _HeadBuffers:
-    """Float64 buffers for one KV head in flight: its gathered keys and values and a block of logits.
-
-    A KV head takes buffers from the call's queue (or makes new ones) and puts them back when done, so the
-    next head overwrites the same memory. Speed only: every value is written before it is read. Why: on
-    the 2-core VM of issue 16 a fresh array costs a page fault per 4 KiB on first touch (0.4 ms per MiB
-    or worse), and a 32k-key head allocated 64 MiB of keys and values and up to 128 MiB of logits.
-    """
-
-    def __init__(self):
-        self._buffers: dict[str, np.ndarray] = {}
-
-    def array(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """A C-contiguous float64 array of `shape` (contents undefined), from buffer `name`, grown as needed."""
-        size = math.prod(shape)
-        buffer = self._buffers.get(name)
-        if buffer is None or buffer.size < size:
-            buffer = self._buffers[name] = np.empty(size)
-        return buffer[:size].reshape(shape)
-
-
 def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.ndarray | None, map_heads,
                      head_buffers: queue.SimpleQueue) -> None:
     """Fill the output rows (and the score row) of sequence i in place; map_heads runs the KV heads, each
-    with a `_HeadBuffers` taken from `head_buffers` and put back."""
+    with `Buffers` taken from `head_buffers` (or made) and put back for the next."""
     row0, row1 = int(call.cu_q_lens[i]), int(call.cu_q_lens[i + 1])
     q_len, kv_len = row1 - row0, int(call.kv_lens[i])
     if q_len == 0:  # PA-8: no rows, no output, no score mass
@@ -184,7 +163,7 @@ def _attend_sequence(call: AttentionCall, i: int, out: np.ndarray, scores: np.nd
         try:
             work = head_buffers.get_nowait()
         except queue.Empty:
-            work = _HeadBuffers()
+            work = Buffers()
         # PA-12: query heads kv_head * group .. + group - 1 read this KV head; no KV head is repeated.
         # One KV head is gathered at a time: float64 keys of all heads of a 32k-token sequence would
         # take 256 MiB, and a contiguous [L, D] operand is what the matrix products read fastest.

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
 
+from ..buffers import Buffers
 from ..head_workers import head_blocks, head_map
 from ..validation import check_shape, float_input
 from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
@@ -105,11 +107,10 @@ def _scan(S, r, k, v, w, u, out):
     length, chunk = r.shape[0], _CHUNK
     whole = length - length % chunk if S.size else 0    # no chunks for zero-size heads
     S = S.copy()
-    if whole:
-        work = _ChunkBuffers.for_chunks(min(whole // chunk, _SEGMENT), *S.shape)
-        for start in range(0, whole, chunk * _SEGMENT):
-            seg = slice(start, min(whole, start + chunk * _SEGMENT))
-            _chunks(S, r[seg], k[seg], v[seg], w[seg], u, out[seg], work)
+    work = Buffers()    # one set of temporaries for all segments (see buffers.py)
+    for start in range(0, whole, chunk * _SEGMENT):
+        seg = slice(start, min(whole, start + chunk * _SEGMENT))
+        _chunks(S, r[seg], k[seg], v[seg], w[seg], u, out[seg], work)
     return _recur(S, r[whole:], k[whole:], v[whole:], w[whole:], u, out[whole:])
 
 
@@ -130,45 +131,11 @@ def _recur(S, r, k, v, w, u, out):
     return S
 
 
-class _ChunkBuffers(NamedTuple):
-    """Arrays `_chunks` writes into, allocated once per sequence and block of heads: fresh temporaries of
-    a MiB or more cost ~0.4 ms per MiB in page faults on the 2-core VM of issue 16, more than the arithmetic.
-
-    decays: float64[C, Q, Hb, K] (token-major, as the inputs);
-    r, k, P, r_dec, k_inc, k_end, scratch: float64[Hb, C, Q, K]; v, y: float64[Hb, C, Q, V];
-    scores: float64[Hb, C, Q, Q]; read: float64[Hb, Q, V]; write: float64[Hb, K, V].
-    """
-    decays: np.ndarray
-    r: np.ndarray
-    k: np.ndarray
-    P: np.ndarray
-    r_dec: np.ndarray
-    k_inc: np.ndarray
-    k_end: np.ndarray
-    scratch: np.ndarray
-    v: np.ndarray
-    y: np.ndarray
-    scores: np.ndarray
-    read: np.ndarray
-    write: np.ndarray
-
-    @classmethod
-    def for_chunks(cls, C, heads, dk, dv):
-        Q = _CHUNK
-        keys = [np.empty((heads, C, Q, dk)) for _ in range(7)]
-        return cls(np.empty((C, Q, heads, dk)), *keys, np.empty((heads, C, Q, dv)), np.empty((heads, C, Q, dv)),
-                   np.empty((heads, C, Q, Q)), np.empty((heads, Q, dv)), np.empty((heads, dk, dv)))
-
-    def first(self, C):
-        """The buffers cut to their first C chunks (a sequence's last segment may be shorter)."""
-        return _ChunkBuffers(self.decays[:C], *(x[:, :C] if x.ndim == 4 else x for x in self[1:]))
-
-
 def _chunks(S, r, k, v, w, u, out, work):
     """C whole chunks of Q = _CHUNK tokens of one sequence through some heads: RS-20 unrolled over each chunk.
 
     S: float64[Hb, K, V] state before them, updated in place; r, k, w: float64[C*Q, Hb, K];
-    v: float64[C*Q, Hb, V]; u: float64[Hb, K]; writes out[C*Q, Hb, V]; work: a `_ChunkBuffers` for >= C chunks.
+    v: float64[C*Q, Hb, V]; u: float64[Hb, K]; writes out[C*Q, Hb, V]; work: `Buffers` for the temporaries.
 
     Inside a chunk, with P[t] = prod_{j<=t} w[j] per channel (P[-1] = 1), the state token t reads is
     S_t = P[t-1] S + sum_{s<t} (P[t-1] / P[s]) k[s] v[s]^T, so
@@ -177,9 +144,15 @@ def _chunks(S, r, k, v, w, u, out, work):
     A head and chunk where `_closed_form_holds` fails, or whose state entering the chunk exceeds
     _INPUTS in magnitude (or is not finite), runs `_recur` instead, from the same state.
     """
-    heads, Q = r.shape[1], _CHUNK
+    heads, dk, dv, Q = r.shape[1], r.shape[2], v.shape[2], _CHUNK
     C = r.shape[0] // Q
-    W = work.first(C)
+    # The temporaries, from `work`: decays [C, Q, Hb, K] token-major as the inputs; the rest head-major
+    # (every per-head matrix then has one layout whatever Hb: the same BLAS calls): r, k, P, r_dec, k_inc,
+    # k_end, scratch [Hb, C, Q, K]; v, y [Hb, C, Q, V]; scores [Hb, C, Q, Q]; read [Hb, Q, V]; write [Hb, K, V].
+    shapes = dict(decays=(C, Q, heads, dk), v=(heads, C, Q, dv), y=(heads, C, Q, dv), scores=(heads, C, Q, Q),
+                  read=(heads, Q, dv), write=(heads, dk, dv),
+                  **{name: (heads, C, Q, dk) for name in ("r", "k", "P", "r_dec", "k_inc", "k_end", "scratch")})
+    W = SimpleNamespace(**{name: work.array(name, shape) for name, shape in shapes.items()})
     chunked = [x.reshape(C, Q, heads, -1) for x in (r, k, v, w)]          # views [C, Q, Hb, .]
     # Everything up to the loop is also formed for chunks where the form does not hold (they are redone
     # token by token): their overflows and invalid values are expected, and silenced.
@@ -188,7 +161,6 @@ def _chunks(S, r, k, v, w, u, out, work):
         P[:, 0] = chunked[3][:, 0]
         for t in range(1, Q):
             np.multiply(P[:, t - 1], chunked[3][:, t], out=P[:, t])
-        # head-major copies [Hb, C, Q, .]: every per-head matrix has one layout whatever Hb (same BLAS calls)
         for dst, x in ((W.r, chunked[0]), (W.k, chunked[1]), (W.v, chunked[2]), (W.P, P)):
             np.copyto(dst, x.transpose(2, 0, 1, 3))
         P = W.P

@@ -23,6 +23,8 @@ def test_ci_profile_is_derandomized(cli, tmp_path):
         assert cli("run", "--backend", "numpy", "--ops", "write_kv", "--profile", "ci", "--out", str(out)).returncode == 0
         runs.append({r["id"]: r["dtypes"] for r in cli.report(out)["results"]})
     assert runs[0] == runs[1]
+
+
 DRAW_TWICE = """
 import importlib, json, sys
 from hypothesis import given, strategies as st
@@ -65,5 +67,3 @@ def test_ci_cases_ignore_the_literals_of_local_modules(tmp_path, mode):
     before, after = json.loads(proc.stdout)
     assert len(before) == 25
     assert (before == after) == (mode == "ignore")
-
-

@@ -216,12 +216,12 @@ def test_kv_heads_in_parallel_change_nothing_PA_12(batch):
 
     args = paged(batch, _rng(batch))
     inline = ragged_paged_attention(**args, **batch.options, return_scores=True)
-    saved = head_workers._MIN_LOGITS, head_workers._usable_cpus
-    head_workers._MIN_LOGITS, head_workers._usable_cpus = 0, lambda: 2  # a pool of 2 even on one CPU
+    saved = head_workers._MIN_WORK, head_workers._usable_cpus
+    head_workers._MIN_WORK, head_workers._usable_cpus = 0, lambda: 2  # a pool of 2 even on one CPU
     try:
         pooled = ragged_paged_attention(**args, **batch.options, return_scores=True)
     finally:
-        head_workers._MIN_LOGITS, head_workers._usable_cpus = saved
+        head_workers._MIN_WORK, head_workers._usable_cpus = saved
     np.testing.assert_allclose(_valid(batch, pooled.out), _valid(batch, inline.out), **TIGHT)
     np.testing.assert_allclose(pooled.scores, inline.scores, **TIGHT)
 

@@ -301,13 +301,13 @@ def test_rs8_heads_on_a_thread_pool_change_no_bit(cu, heads_groups, workers, see
                     R.rwkv6_wkv(r, k, v, w, u, pool, cu, state_indices=slots))
 
     inline = both()
-    saved = head_workers._MIN_LOGITS, head_workers._usable_cpus
-    head_workers._MIN_LOGITS, head_workers._usable_cpus = 0, lambda: workers   # a pool even on one CPU
+    saved = head_workers._MIN_WORK, head_workers._usable_cpus
+    head_workers._MIN_WORK, head_workers._usable_cpus = 0, lambda: workers   # a pool even on one CPU
     try:
         assert head_workers.pool_size(0, heads) > 1
         pooled = both()
     finally:
-        head_workers._MIN_LOGITS, head_workers._usable_cpus = saved
+        head_workers._MIN_WORK, head_workers._usable_cpus = saved
     for a, b in zip(inline, pooled):
         for x, y in zip(a, b):
             assert bits(x) == bits(y)
