@@ -101,11 +101,14 @@ def test_csr_kernel_reads_the_csr_arrays(seed):
     """The kernel-level entry point takes kv_indptr/kv_indices/kv_last_page_len tensors themselves (no
     block table exists anywhere in the call) and gives the reference's result."""
     import torch
+    from kvconform.backends.triton import _runtime
+    rt = _runtime.configure()   # CUDA tensors natively (a CPU tensor is refused there), CPU under the interpreter
     q, k, v, qo, indptr, indices, last = _csr_case(seed)
-    t = [torch.from_numpy(np.ascontiguousarray(x)) for x in (q, k, v, qo, indptr, indices, last)]
-    out = tpa.ragged_paged_attention_csr(*t, sm_scale=q.shape[2] ** -0.5, interpret=True)
+    t = [torch.from_numpy(np.ascontiguousarray(x)).to(rt.device) for x in (q, k, v, qo, indptr, indices, last)]
+    out = tpa.ragged_paged_attention_csr(*t, sm_scale=q.shape[2] ** -0.5, interpret=rt.interpret)
     args = (q, k, v, qo, indptr, indices, last)
-    assert_conforms("ragged_paged_attention_csr", inputs_of("ragged_paged_attention_csr", *args), out.numpy())
+    assert_conforms("ragged_paged_attention_csr", inputs_of("ragged_paged_attention_csr", *args),
+                    out.cpu().numpy())
 
 
 def test_csr_attention_golden(backend):
