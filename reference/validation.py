@@ -49,13 +49,20 @@ def check_shape(name: str, x: np.ndarray, expected: Sequence[int | None], layout
 
 def float_input(name: str, x, ndim: int | None = None, layout: str = "") -> np.ndarray:
     """A floating input (float64/32/16, bfloat16, float8 e4m3fn/e5m2) upcast exactly to float64."""
+    return float_array(name, x, ndim, layout).astype(np.float64)
+
+
+def float_array(name: str, x, ndim: int | None = None, layout: str = "") -> np.ndarray:
+    """A floating input checked as `float_input` checks it, in its own dtype (not copied): for an op that
+    converts it to float64 piece by piece (exactly, as it reads it), so that a long call never holds a
+    whole float64 copy of its largest inputs."""
     arr = as_array(name, x)
     if not is_float_dtype(arr.dtype):
         raise TypeError(f"{name} must have a floating dtype ({', '.join(FLOAT_DTYPE_NAMES)}), "
                         f"got {dtype_name(arr.dtype)}")
     if ndim is not None:
         check_ndim(name, arr, ndim, layout)
-    return arr.astype(np.float64)
+    return arr
 
 
 def int_input(name: str, x, ndim: int | None = None, layout: str = "") -> np.ndarray:

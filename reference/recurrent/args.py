@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..validation import check_shape, float_input, require
+from ..validation import check_shape, float_array, float_input, require
 
 
 def bool_flag(name: str, value) -> bool:
@@ -22,15 +22,17 @@ def optional_float(name: str, value, shape: tuple, layout: str):
     return arr
 
 
-def mamba2_inputs(rows: str, heads: int, p: int, n: int, x, dt, A, B, C):
-    """The per-token inputs of the Mamba2 recurrence (RS-16, RS-17), upcast to float64.
+def mamba2_inputs(rows: str, heads: int, p: int, n: int, x, dt, A, B, C, *, upcast_x=True):
+    """The per-token inputs of the Mamba2 recurrence (RS-16, RS-17), upcast to float64 (x: only with
+    upcast_x; otherwise checked alike and left in its own float dtype, for a caller that converts it
+    chunk by chunk).
 
     `rows` names the leading axis in messages: "B" (one token per batch row, selective_state_update) or
     "T" (packed tokens, ssd_chunked_scan); heads H, head dim P and state size N come from the state pool.
         x: [R, H, P]   dt: [R, H]   A: [H]   B, C: [R, G, N] with G >= 1 dividing H
     Returns (x, dt, A, B, C) as float64 arrays.
     """
-    xa = float_input("x", x, 3, f"[{rows}, H, P]")
+    xa = (float_input if upcast_x else float_array)("x", x, 3, f"[{rows}, H, P]")
     count = xa.shape[0]
     check_shape("x", xa, (count, heads, p), f"[{rows}, H, P]")
     dta = float_input("dt", dt, 2, f"[{rows}, H]")

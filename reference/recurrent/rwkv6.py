@@ -8,8 +8,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..buffers import Buffers
+from .. import dtypes
 from ..head_workers import head_blocks, head_map
-from ..validation import check_shape, float_input
+from ..validation import check_shape, float_array, float_input
 from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
 from .varlen import cu_seqlens_input
 
@@ -22,8 +23,8 @@ class WKV6(NamedTuple):
 class WKV6Call(NamedTuple):
     """The arguments of one ``rwkv6_wkv`` call after validation (RS-2 .. RS-6, RS-17, RS-20).
 
-    r, k, w:           float64[T, H, K]
-    v:                 float64[T, H, V]
+    r, k, w:           float64[T, H, K] (with upcast=False: the caller's float dtype, not copied)
+    v:                 float64[T, H, V] (likewise)
     u:                 float64[H, K]
     state:             [num_slots, H, K, V] float32|float64, the caller's array (not copied, RS-6)
     cu_seqlens:        int64[S+1], 0 .. T, non-decreasing (RS-17)
@@ -56,8 +57,11 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
     overflow or underflow (`_chunks`): the two then differ only by the rounding of their terms (RS-8). The
     rest runs token by token (`_recur`).
     """
+    # r, k, v, w stay in the caller's dtype: each chunk converts its tokens to float64 as it copies them
+    # (exactly), so a long call never holds a float64 copy of them (issue 16: 128 MiB of fresh memory at
+    # T 2048, H 32, K = V = 64, a fifth of the call's time on issue 16's VM).
     call = validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, state_indices=state_indices,
-                              has_initial_state=has_initial_state)
+                              has_initial_state=has_initial_state, upcast=False)
     r, k, v, w, u, cu, idx = call.r, call.k, call.v, call.w, call.u, call.cu_seqlens, call.state_indices
     S_all = gather_rows(call.state, idx, call.has_initial_state)  # [S, H, K, V]
     out = np.zeros(v.shape)
@@ -101,8 +105,8 @@ def _scan(S, r, k, v, w, u, out):
     """One sequence through some heads (RS-20): whole chunks in closed form where it holds, the rest token
     by token.
 
-    S: float64[Hb, K, V] starting state; r, k, w: float64[L, Hb, K]; v: float64[L, Hb, V]; u: float64[Hb, K].
-    Writes out[L, Hb, V] in place; returns the final state (a new array).
+    S: float64[Hb, K, V] starting state; r, k, w: [L, Hb, K] and v: [L, Hb, V], any float dtype (read as
+    float64); u: float64[Hb, K]. Writes out[L, Hb, V] in place; returns the final state (a new array).
     """
     length, chunk = r.shape[0], _CHUNK
     whole = length - length % chunk if S.size else 0    # no chunks for zero-size heads
@@ -111,7 +115,7 @@ def _scan(S, r, k, v, w, u, out):
     for start in range(0, whole, chunk * _SEGMENT):
         seg = slice(start, min(whole, start + chunk * _SEGMENT))
         _chunks(S, r[seg], k[seg], v[seg], w[seg], u, out[seg], work)
-    return _recur(S, r[whole:], k[whole:], v[whole:], w[whole:], u, out[whole:])
+    return _recur(S, *(dtypes.upcast(x[whole:]) for x in (r, k, v, w)), u, out[whole:])
 
 
 def _recur(S, r, k, v, w, u, out):
@@ -134,8 +138,9 @@ def _recur(S, r, k, v, w, u, out):
 def _chunks(S, r, k, v, w, u, out, work):
     """C whole chunks of Q = _CHUNK tokens of one sequence through some heads: RS-20 unrolled over each chunk.
 
-    S: float64[Hb, K, V] state before them, updated in place; r, k, w: float64[C*Q, Hb, K];
-    v: float64[C*Q, Hb, V]; u: float64[Hb, K]; writes out[C*Q, Hb, V]; work: `Buffers` for the temporaries.
+    S: float64[Hb, K, V] state before them, updated in place; r, k, w: [C*Q, Hb, K] and v: [C*Q, Hb, V],
+    any float dtype (converted exactly to float64 as they are copied or read); u: float64[Hb, K];
+    writes out[C*Q, Hb, V]; work: `Buffers` for the temporaries.
 
     Inside a chunk, with P[t] = prod_{j<=t} w[j] per channel (P[-1] = 1), the state token t reads is
     S_t = P[t-1] S + sum_{s<t} (P[t-1] / P[s]) k[s] v[s]^T, so
@@ -192,7 +197,7 @@ def _chunks(S, r, k, v, w, u, out, work):
             S[h] = last[h, c].T * S[h] + W.k_end[h, c].T @ W.v[h, c]
         slow = ~fast
         y_slow = np.empty((Q, int(slow.sum()), W.v.shape[3]))
-        S[slow] = _recur(S[slow], *(x[c][:, slow] for x in chunked), u[slow], y_slow)
+        S[slow] = _recur(S[slow], *(dtypes.upcast(x[c][:, slow]) for x in chunked), u[slow], y_slow)
         W.y[slow, c] = y_slow.transpose(1, 0, 2)
     np.copyto(out.reshape(C, Q, heads, -1), W.y.transpose(1, 2, 0, 3))
 
@@ -231,23 +236,25 @@ def _magnitudes_within(a, axes):
     return within
 
 
-def validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None
-                       ) -> WKV6Call:
+def validate_rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initial_state=None,
+                       upcast=True) -> WKV6Call:
     """Check every argument of `rwkv6_wkv` (RS-2 .. RS-6, RS-17, RS-20) and return them normalised.
 
-    Takes the op's arguments (see `rwkv6_wkv`). Raises ValueError, or TypeError for a wrong type or
-    dtype, naming the argument and the broken rule.
+    Takes the op's arguments (see `rwkv6_wkv`); upcast=False leaves r, k, v, w in their own float dtype
+    (checked alike). Raises ValueError, or TypeError for a wrong type or dtype, naming the argument and
+    the broken rule.
     """
+    tokens_input = float_input if upcast else float_array
     pool = pool_input("state", state, 4, "[num_slots, H, K, V]")
     num_slots, heads, dk, dv = pool.shape
-    ra = float_input("r", r, 3, "[T, H, K]")
+    ra = tokens_input("r", r, 3, "[T, H, K]")
     tokens = ra.shape[0]
     check_shape("r", ra, (tokens, heads, dk), "[T, H, K]")
-    ka = float_input("k", k, 3, "[T, H, K]")
+    ka = tokens_input("k", k, 3, "[T, H, K]")
     check_shape("k", ka, (tokens, heads, dk), "[T, H, K]")
-    wa = float_input("w", w, 3, "[T, H, K]")
+    wa = tokens_input("w", w, 3, "[T, H, K]")
     check_shape("w", wa, (tokens, heads, dk), "[T, H, K]")
-    va = float_input("v", v, 3, "[T, H, V]")
+    va = tokens_input("v", v, 3, "[T, H, V]")
     check_shape("v", va, (tokens, heads, dv), "[T, H, V]")
     ua = float_input("u", u, 2, "[H, K]")
     check_shape("u", ua, (heads, dk), "[H, K]")

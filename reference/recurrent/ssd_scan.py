@@ -29,7 +29,7 @@ class SSDScanCall(NamedTuple):
     """The arguments of one ``ssd_chunked_scan`` call after validation (RS-2 .. RS-6, RS-17).
 
     state:             [num_slots, H, P, N] float32|float64, the caller's array (not copied, RS-6)
-    x:                 float64[T, H, P]
+    x:                 float64[T, H, P] (with upcast=False: the caller's float dtype, not copied)
     dt:                float64[T, H]
     A:                 float64[H]
     B, C:              float64[T, G, N], G divides H (RS-16)
@@ -77,10 +77,13 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
     Returns SSDScan(out, state = new pool with each live sequence's final state, snapshots).
     Padding sequences: out rows 0, snapshots 0, pool untouched. Snapshots r > L_s are NaN (RS-19).
     """
+    # x stays in the caller's dtype: each chunk converts its tokens to float64 as it copies them (exactly),
+    # so a long call never holds a float64 copy of x (issue 16: 64 MiB of fresh memory at T 4096, H 32,
+    # P 64; ~10% of the call on issue 16's VM, and far more when its page faults were slow).
     call = validate_ssd_chunked_scan(
         state, x, dt, A, B, C, cu_seqlens, chunk_size=chunk_size, state_indices=state_indices,
         has_initial_state=has_initial_state, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-        num_snapshots=num_snapshots)
+        num_snapshots=num_snapshots, upcast=False)
     pool, xa, Aa, cu, idx = call.state, call.x, call.A, call.cu_seqlens, call.state_indices
     _, heads, p, n = pool.shape
     tokens, seqs = xa.shape[0], cu.shape[0] - 1
@@ -90,7 +93,7 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
 
     start = gather_rows(pool, idx, call.has_initial_state)        # [S, H, P, N]
     final = np.zeros_like(start)
-    out = np.zeros_like(xa)
+    out = np.zeros(xa.shape)
     snaps = np.zeros((seqs, k_snap, heads, p, n))
     # Heads are independent (RS-16): a large call runs blocks of a group's heads on a thread pool with one
     # BLAS thread each (head_workers.py, for speed only: each head's products are its own, so every head
@@ -115,7 +118,7 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
             for _ in map_blocks(scan_block, blocks):
                 pass
     if call.D is not None:
-        out = out + call.D[None, :, None] * xa
+        out = out + call.D[None, :, None] * xa          # x converted exactly: D is float64
     if call.z is not None:
         out = out * silu(call.z)
     out[_padding_tokens(cu, idx, tokens)] = 0.0
@@ -125,7 +128,8 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
 def _scan_heads(S, x, dt, A, B, C, chunk, wanted, out, snaps):
     """One sequence through some heads of one group, chunk by chunk (RS-18).
 
-    S: float64[Hb, P, N] starting state; x: float64[L, Hb, P]; dt: float64[L, Hb] (dt'); A: float64[Hb];
+    S: float64[Hb, P, N] starting state; x: [L, Hb, P] any float dtype (copied chunk by chunk into float64);
+    dt: float64[L, Hb] (dt'); A: float64[Hb];
     B, C: float64[L, N] (the group's); wanted: {t: r} snapshot r is the state after t tokens.
     Writes out[L, Hb, P] (y without D and z) and snaps[K, Hb, P, N] in place; returns the final state.
     """
@@ -195,15 +199,16 @@ def _chunk(S_T, x, dt, A, B, C, want, scratch):
 
 def validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_indices=None,
                               has_initial_state=None, D=None, z=None, dt_bias=None, dt_softplus=False,
-                              num_snapshots=0) -> SSDScanCall:
+                              num_snapshots=0, upcast=True) -> SSDScanCall:
     """Check every argument of `ssd_chunked_scan` (RS-2 .. RS-6, RS-16, RS-17), return them normalised.
 
-    Takes the op's arguments (see `ssd_chunked_scan`). Raises ValueError, or TypeError for a wrong type
+    Takes the op's arguments (see `ssd_chunked_scan`); upcast=False leaves x in its own float dtype
+    (checked alike). Raises ValueError, or TypeError for a wrong type
     or dtype, naming the argument and the broken rule.
     """
     pool = pool_input("state", state, 4, "[num_slots, H, P, N]")
     num_slots, heads, p, n = pool.shape
-    xa, dta, Aa, Ba, Ca = mamba2_inputs("T", heads, p, n, x, dt, A, B, C)
+    xa, dta, Aa, Ba, Ca = mamba2_inputs("T", heads, p, n, x, dt, A, B, C, upcast_x=upcast)
     tokens = xa.shape[0]
     cu = cu_seqlens_input(cu_seqlens, tokens)
     seqs = cu.shape[0] - 1

@@ -451,3 +451,43 @@ def test_rs20_rwkv6_closed_form_warns_only_where_the_recurrence_does():
             got = R.rwkv6_wkv(zeros, zeros, zeros, np.full((8, 1, 1), 1e200), np.zeros((1, 1)),
                               np.zeros((1, 1, 1, 1)), np.array([0, 8]))
     assert not np.any(got.out) and not np.any(got.state)
+
+
+_STORAGE_DTYPES = ["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+
+
+@pytest.mark.parametrize("dtype", _STORAGE_DTYPES)
+@pytest.mark.parametrize("chunk,segment", [(4, 2), (32, 4)])
+def test_rs20_rwkv6_input_dtype_changes_no_bit(dtype, chunk, segment):
+    """"float" inputs are upcast exactly (spec/recurrent.md, conventions): r, k, v, w in a storage dtype give the bits
+    their float64 values give. rwkv6_wkv converts them chunk by chunk rather than as whole arrays (issue 16),
+    so every path must convert before it computes: whole chunks, a zero decay sent to the recurrence, the
+    partial last chunk and a second sequence."""
+    from kvconform.reference.dtypes import resolve_dtype
+    rng = np.random.default_rng(7)
+    cu = np.array([0, 2 * chunk + 3, 3 * chunk + 4])
+    T, H, K, V = int(cu[-1]), 3, 4, 5
+    r, k, w = (rng.standard_normal((T, H, K)) for _ in range(3))
+    w = rng.uniform(0.5, 1.0, (T, H, K))
+    w[1, 2, 0] = 0.0                                   # one head and chunk through the recurrence
+    v = rng.standard_normal((T, H, V))
+    stored = [x.astype(resolve_dtype(dtype)) for x in (r, k, v, w)]
+    exact = [x.astype(np.float64) for x in stored]
+    u, S = rng.standard_normal((H, K)).astype(np.float32), rng.standard_normal((2, H, K, V))
+    with rwkv6_chunking(chunk, segment):
+        got = R.rwkv6_wkv(*stored, u, S, cu)
+        want = R.rwkv6_wkv(*exact, u, S, cu)
+    assert bits(got.out) == bits(want.out) and bits(got.state) == bits(want.state)
+
+
+@pytest.mark.parametrize("dtype", _STORAGE_DTYPES)
+def test_rs18_ssd_input_dtype_changes_no_bit(dtype):
+    """As above for ssd_chunked_scan, which converts x chunk by chunk (issue 16): x in a storage dtype gives
+    the bits of its float64 values, with D (which reads x whole), z, snapshots and a partial last chunk."""
+    from kvconform.reference.dtypes import resolve_dtype
+    inp = mamba2_inputs(np.random.default_rng(3), 23, 4, 2, 3, 5)
+    cu = np.array([0, 9, 23])
+    stored = inp["x"].astype(resolve_dtype(dtype))
+    got = ssd({**inp, "x": stored}, cu, chunk_size=4, num_snapshots=3)
+    want = ssd({**inp, "x": stored.astype(np.float64)}, cu, chunk_size=4, num_snapshots=3)
+    assert all(bits(a) == bits(b) for a, b in zip(got, want))

@@ -157,6 +157,15 @@ def test_recurrent_calls_RS_10_RS_20():
                u=np.zeros((2, 3)), state=np.zeros((3, 2, 3, 4)), cu_seqlens=np.array([0, 5]))
     call = R.validate_rwkv6_wkv(**wkv)
     assert isinstance(call, R.WKV6Call) and call.cu_seqlens.dtype == np.int64
+    # upcast=False (what rwkv6_wkv and ssd_chunked_scan use: they convert chunk by chunk) checks the same
+    # and leaves the large inputs in their own dtype, uncopied
+    half = {**wkv, "r": np.zeros((5, 2, 3), np.float16)}
+    assert R.validate_rwkv6_wkv(**half).r.dtype == np.float64
+    assert R.validate_rwkv6_wkv(**half, upcast=False).r is half["r"]
+    assert R.validate_ssd_chunked_scan(**{**scan, "x": np.zeros((5, 4, 2), np.float32)}, upcast=False
+                                       ).x.dtype == np.float32
+    with pytest.raises(TypeError, match="r must have a floating dtype"):
+        R.validate_rwkv6_wkv(**{**wkv, "r": np.zeros((5, 2, 3), np.int32)}, upcast=False)
     _same_error(R.rwkv6_wkv, R.validate_rwkv6_wkv, **{**wkv, "u": np.zeros((2, 4))})
 
 
