@@ -458,11 +458,11 @@ _STORAGE_DTYPES = ["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5
 
 @pytest.mark.parametrize("dtype", _STORAGE_DTYPES)
 @pytest.mark.parametrize("chunk,segment", [(4, 2), (32, 4)])
-def test_rs20_rwkv6_input_dtype_changes_no_bit(dtype, chunk, segment):
-    """"float" inputs are upcast exactly (spec/recurrent.md, conventions): r, k, v, w in a storage dtype give the bits
-    their float64 values give. rwkv6_wkv converts them chunk by chunk rather than as whole arrays (issue 16),
-    so every path must convert before it computes: whole chunks, a zero decay sent to the recurrence, the
-    partial last chunk and a second sequence."""
+def test_rs6_rwkv6_input_dtype_changes_no_bit(dtype, chunk, segment):
+    """RS-6: the result is the math on the exact values of the inputs, so r, k, v, w in a storage dtype give
+    the bits their float64 values give. rwkv6_wkv converts them chunk by chunk rather than as whole arrays
+    (issue 16), so every path must convert before it computes: whole chunks, a zero decay sent to the
+    recurrence, the partial last chunk and a second sequence."""
     from kvconform.reference.dtypes import resolve_dtype
     rng = np.random.default_rng(7)
     cu = np.array([0, 2 * chunk + 3, 3 * chunk + 4])
@@ -481,7 +481,7 @@ def test_rs20_rwkv6_input_dtype_changes_no_bit(dtype, chunk, segment):
 
 
 @pytest.mark.parametrize("dtype", _STORAGE_DTYPES)
-def test_rs18_ssd_input_dtype_changes_no_bit(dtype):
+def test_rs6_ssd_input_dtype_changes_no_bit(dtype):
     """As above for ssd_chunked_scan, which converts x chunk by chunk (issue 16): x in a storage dtype gives
     the bits of its float64 values, with D (which reads x whole), z, snapshots and a partial last chunk."""
     from kvconform.reference.dtypes import resolve_dtype
@@ -491,3 +491,34 @@ def test_rs18_ssd_input_dtype_changes_no_bit(dtype):
     got = ssd({**inp, "x": stored}, cu, chunk_size=4, num_snapshots=3)
     want = ssd({**inp, "x": stored.astype(np.float64)}, cu, chunk_size=4, num_snapshots=3)
     assert all(bits(a) == bits(b) for a, b in zip(got, want))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_rs4_rwkv6_and_ssd_never_write_their_inputs(dtype):
+    """RS-4: kernels never modify their inputs. The large inputs now reach the chunks uncopied (issue 16), so
+    the reference must only read them: read-only arrays (a write raises) through every path, a zero decay
+    and NaN included, and the values unchanged."""
+    rng = np.random.default_rng(11)
+    T, H, K, V = 19, 2, 3, 4
+
+    def frozen(x):
+        x = np.asarray(x, dtype=dtype).copy()
+        x.flags.writeable = False
+        return x
+
+    r, k, w = (frozen(rng.uniform(0.5, 1.0, (T, H, K))) for _ in range(3))
+    v = rng.standard_normal((T, H, V))
+    v[3, 1, 2] = np.nan
+    v = frozen(v)
+    w_zero = np.array(w)
+    w_zero[2, 0, 1] = 0.0
+    w_zero = frozen(w_zero)
+    before = [bits(x) for x in (r, k, v, w_zero)]
+    with rwkv6_chunking(4, 2):
+        R.rwkv6_wkv(r, k, v, w_zero, frozen(np.ones((H, K))), np.zeros((1, H, K, V)), np.array([0, T]))
+    assert [bits(x) for x in (r, k, v, w_zero)] == before
+    inp = {name: frozen(x) for name, x in mamba2_inputs(rng, T, 4, 2, 3, 5).items() if name != "state"}
+    inp["state"] = np.zeros((4, 4, 3, 5))
+    before = {name: bits(x) for name, x in inp.items() if name != "state"}
+    ssd(inp, np.array([0, 7, T]), chunk_size=4, num_snapshots=2)
+    assert {name: bits(x) for name, x in inp.items() if name != "state"} == before
