@@ -145,7 +145,7 @@ def _chunks(S, r, k, v, w, u, out, work):
     Inside a chunk, with P[t] = prod_{j<=t} w[j] per channel (P[-1] = 1), the state token t reads is
     S_t = P[t-1] S + sum_{s<t} (P[t-1] / P[s]) k[s] v[s]^T, so
         y[t]   = (r[t] P[t-1]) S + sum_{s<t} <r[t] P[t-1], k[s] / P[s]> v[s] + <r[t] u, k[t]> v[t]
-        S_next = P[Q-1] S + sum_s (k[s] P[Q-1] / P[s]) v[s]^T.
+        S_next = P[Q-1] (S + sum_s (k[s] / P[s]) v[s]^T).
     A head and chunk where `_closed_form_holds` fails, or whose state entering the chunk exceeds
     _INPUTS in magnitude (or is not finite), runs `_recur` instead, from the same state.
     """
@@ -153,10 +153,10 @@ def _chunks(S, r, k, v, w, u, out, work):
     C = r.shape[0] // Q
     # The temporaries, from `work`: decays [C, Q, Hb, K] token-major as the inputs; the rest head-major
     # (every per-head matrix then has one layout whatever Hb: the same BLAS calls): r, k, P, r_dec, k_inc,
-    # k_end, scratch [Hb, C, Q, K]; v, y [Hb, C, Q, V]; scores [Hb, C, Q, Q]; read [Hb, Q, V]; write [Hb, K, V].
+    # scratch [Hb, C, Q, K]; v, y [Hb, C, Q, V]; scores [Hb, C, Q, Q]; read [Hb, Q, V]; write [Hb, K, V].
     shapes = dict(decays=(C, Q, heads, dk), v=(heads, C, Q, dv), y=(heads, C, Q, dv), scores=(heads, C, Q, Q),
                   read=(heads, Q, dv), write=(heads, dk, dv),
-                  **{name: (heads, C, Q, dk) for name in ("r", "k", "P", "r_dec", "k_inc", "k_end", "scratch")})
+                  **{name: (heads, C, Q, dk) for name in ("r", "k", "P", "r_dec", "k_inc", "scratch")})
     W = SimpleNamespace(**{name: work.array(name, shape) for name, shape in shapes.items()})
     chunked = [x.reshape(C, Q, heads, -1) for x in (r, k, v, w)]          # views [C, Q, Hb, .]
     # Everything up to the loop is also formed for chunks where the form does not hold (they are redone
@@ -174,7 +174,6 @@ def _chunks(S, r, k, v, w, u, out, work):
         W.r_dec[:, :, 0] = W.r[:, :, 0]
         np.multiply(W.r[:, :, 1:], P[:, :, :-1], out=W.r_dec[:, :, 1:])             # r[t] P[t-1]
         np.divide(W.k, P, out=W.k_inc)                                              # k[s] / P[s]
-        np.multiply(W.k, np.divide(last, P, out=W.scratch), out=W.k_end)            # k[s] P[Q-1] / P[s]
         np.matmul(W.r_dec, W.k_inc.transpose(0, 1, 3, 2), out=W.scores)              # [Hb, C, Q, Q]
         # entries s >= t are not decays (their factors P[t-1] / P[s] >= 1 may overflow): zeroed, not masked
         # by a product; the diagonal is the bonus u (s = t)
@@ -189,12 +188,12 @@ def _chunks(S, r, k, v, w, u, out, work):
         fast = holds[:, c] & (S.max(axis=(1, 2)) <= _INPUTS) & (S.min(axis=(1, 2)) >= -_INPUTS)
         if fast.all():
             W.y[:, c] += np.matmul(W.r_dec[:, c], S, out=W.read)
+            S += np.matmul(W.k_inc[:, c].transpose(0, 2, 1), W.v[:, c], out=W.write)
             S *= last[:, c].transpose(0, 2, 1)
-            S += np.matmul(W.k_end[:, c].transpose(0, 2, 1), W.v[:, c], out=W.write)
             continue
         for h in np.flatnonzero(fast):
             W.y[h, c] += W.r_dec[h, c] @ S[h]
-            S[h] = last[h, c].T * S[h] + W.k_end[h, c].T @ W.v[h, c]
+            S[h] = last[h, c].T * (S[h] + W.k_inc[h, c].T @ W.v[h, c])
         slow = ~fast
         y_slow = np.empty((Q, int(slow.sum()), W.v.shape[3]))
         S[slow] = _recur(S[slow], *(dtypes.upcast(x[c][:, slow]) for x in chunked), u[slow], y_slow)
