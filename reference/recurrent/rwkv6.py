@@ -93,12 +93,16 @@ def rwkv6_wkv(r, k, v, w, u, state, cu_seqlens, *, state_indices=None, has_initi
 # recurrence as RS-20 states it (`_recur`), and so give exactly its NaN, infinities and underflows.
 _CHUNK = 32
 _SEGMENT = 4         # chunks whose elementwise work and products are formed together
-# Bounds of the closed form: nonzero |r|, |k|, |v| within [2^-100, 2^100], |S| <= 2^100 and the decay
-# products P within [2^-200, 2^200] (u: see `_closed_form_holds`). Every product either form makes then lies within
-# [2^-700, 2^700] (a decay ratio P[t-1] / P[s] is within 2^+-400), far inside float64's normal range,
-# except products with a state entry below 2^-700, which can differ by a subnormal rounding (< 2^-1000).
+# Bounds of the closed form: nonzero |r|, |k|, |v| within [2^-100, 2^100], nonzero |S| within [2^-500, 2^100]
+# and the decay products P within [2^-200, 2^200] (u: see `_closed_form_holds`). Every product either form
+# makes then lies within [2^-800, 2^700] (a decay ratio P[t-1] / P[s] is within 2^+-400), far inside
+# float64's normal range, so neither form overflows or underflows; they differ by the rounding of their
+# terms, and where a sum cancels both are off by that rounding relative to its terms (RS-8). Without the
+# floor on S, a state entry of 2^-876 under decays 2^-200 then 2^400 underflowed to 0 in the recurrence
+# and not in the closed form (found by review, 2026-11-26).
 _INPUTS = 2.0 ** 100
 _DECAYS = 2.0 ** 200
+_STATE_FLOOR = 2.0 ** -500
 
 
 def _scan(S, r, k, v, w, u, out):
@@ -146,8 +150,9 @@ def _chunks(S, r, k, v, w, u, out, work):
     S_t = P[t-1] S + sum_{s<t} (P[t-1] / P[s]) k[s] v[s]^T, so
         y[t]   = (r[t] P[t-1]) S + sum_{s<t} <r[t] P[t-1], k[s] / P[s]> v[s] + <r[t] u, k[t]> v[t]
         S_next = P[Q-1] (S + sum_s (k[s] / P[s]) v[s]^T).
-    A head and chunk where `_closed_form_holds` fails, or whose state entering the chunk exceeds
-    _INPUTS in magnitude (or is not finite), runs `_recur` instead, from the same state.
+    A head and chunk where `_closed_form_holds` fails, or whose state entering the chunk has a nonzero
+    entry outside [_STATE_FLOOR, _INPUTS] in magnitude (or one not finite), runs `_recur` instead, from
+    the same state.
     """
     heads, dk, dv, Q = r.shape[1], r.shape[2], v.shape[2], _CHUNK
     C = r.shape[0] // Q
@@ -185,7 +190,7 @@ def _chunks(S, r, k, v, w, u, out, work):
         np.matmul(W.scores, W.v, out=W.y)                                                # [Hb, C, Q, V]
     for c in range(C):
         # S grows or shrinks with the decays: checked at every chunk (NaN compares False)
-        fast = holds[:, c] & (S.max(axis=(1, 2)) <= _INPUTS) & (S.min(axis=(1, 2)) >= -_INPUTS)
+        fast = holds[:, c] & _magnitudes_within(np.abs(S, out=W.write), (1, 2), _STATE_FLOOR)
         if fast.all():
             W.y[:, c] += np.matmul(W.r_dec[:, c], S, out=W.read)
             S += np.matmul(W.k_inc[:, c].transpose(0, 2, 1), W.v[:, c], out=W.write)
@@ -222,16 +227,17 @@ def _closed_form_holds(P, r, k, v, scratch_k, scratch_v):
     axes = (2, 3)
     holds = (P.min(axis=axes) >= 1 / _DECAYS) & (P.max(axis=axes) <= _DECAYS)     # NaN compares False
     for x, scratch in ((r, scratch_k), (k, scratch_k), (v, scratch_v)):
-        holds &= _magnitudes_within(np.abs(x, out=scratch), axes)
+        holds &= _magnitudes_within(np.abs(x, out=scratch), axes, 1 / _INPUTS)
     return holds
 
 
-def _magnitudes_within(a, axes):
-    """Whether every entry of `a` (magnitudes) is 0 or within [1/_INPUTS, _INPUTS], reduced over `axes`."""
+def _magnitudes_within(a, axes, floor):
+    """Whether every entry of `a` (magnitudes, NaN compares False) is 0 or within [floor, _INPUTS], reduced
+    over `axes`, the last two of `a`'s axes bar the first."""
     within = a.max(axis=axes) <= _INPUTS
-    small = a.min(axis=axes) < 1 / _INPUTS           # a tiny nonzero value, or only a 0 (allowed)
+    small = a.min(axis=axes) < floor                 # a tiny nonzero value, or only a 0 (allowed)
     if small.any():
-        within[small] &= np.all((a[small] >= 1 / _INPUTS) | (a[small] == 0), axis=(1, 2))
+        within[small] &= np.all((a[small] >= floor) | (a[small] == 0), axis=(1, 2))
     return within
 
 
