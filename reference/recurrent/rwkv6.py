@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..buffers import Buffers
 from .. import dtypes
+from ..buffers import Buffers
 from ..head_workers import head_blocks, head_map
 from ..validation import check_shape, float_array, float_input
 from .slots import gather_rows, initial_flags, pool_input, scatter_rows, slot_indices
@@ -232,8 +232,8 @@ def _closed_form_holds(P, r, k, v, scratch_k, scratch_v):
 
 
 def _magnitudes_within(a, axes, floor):
-    """Whether every entry of `a` (magnitudes, NaN compares False) is 0 or within [floor, _INPUTS], reduced
-    over `axes`, the last two of `a`'s axes bar the first."""
+    """Whether every entry of `a` (magnitudes; NaN compares False) is 0 or within [floor, _INPUTS], reduced
+    over `axes`, which are `a`'s trailing two."""
     within = a.max(axis=axes) <= _INPUTS
     small = a.min(axis=axes) < floor                 # a tiny nonzero value, or only a 0 (allowed)
     if small.any():

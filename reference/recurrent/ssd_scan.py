@@ -128,9 +128,9 @@ def ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_
 def _scan_heads(S, x, dt, A, B, C, chunk, wanted, out, snaps):
     """One sequence through some heads of one group, chunk by chunk (RS-18).
 
-    S: float64[Hb, P, N] starting state; x: [L, Hb, P] any float dtype (copied chunk by chunk into float64);
-    dt: float64[L, Hb] (dt'); A: float64[Hb];
-    B, C: float64[L, N] (the group's); wanted: {t: r} snapshot r is the state after t tokens.
+    S: float64[Hb, P, N] starting state; x: [L, Hb, P] any float dtype (copied chunk by chunk into
+    float64); dt: float64[L, Hb] (dt'); A: float64[Hb]; B, C: float64[L, N] (the group's);
+    wanted: {t: r} snapshot r is the state after t tokens.
     Writes out[L, Hb, P] (y without D and z) and snaps[K, Hb, P, N] in place; returns the final state.
     """
     length = x.shape[0]
@@ -203,8 +203,8 @@ def validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=6
     """Check every argument of `ssd_chunked_scan` (RS-2 .. RS-6, RS-16, RS-17), return them normalised.
 
     Takes the op's arguments (see `ssd_chunked_scan`); upcast=False leaves x in its own float dtype
-    (checked alike). Raises ValueError, or TypeError for a wrong type
-    or dtype, naming the argument and the broken rule.
+    (checked alike). Raises ValueError, or TypeError for a wrong type or dtype, naming the argument and
+    the broken rule.
     """
     pool = pool_input("state", state, 4, "[num_slots, H, P, N]")
     num_slots, heads, p, n = pool.shape

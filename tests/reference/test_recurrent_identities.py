@@ -471,7 +471,7 @@ def test_rs6_rwkv6_input_dtype_changes_no_bit(dtype, chunk, segment):
     rng = np.random.default_rng(7)
     cu = np.array([0, 2 * chunk + 3, 3 * chunk + 4])
     T, H, K, V = int(cu[-1]), 3, 4, 5
-    r, k, w = (rng.standard_normal((T, H, K)) for _ in range(3))
+    r, k = (rng.standard_normal((T, H, K)) for _ in range(2))
     w = rng.uniform(0.5, 1.0, (T, H, K))
     w[1, 2, 0] = 0.0                                   # one head and chunk through the recurrence
     v = rng.standard_normal((T, H, V))
