@@ -417,7 +417,7 @@ RWKV6_RANGE_CASES = {
                                                    w={0: 2.0 ** 200}),
     # found by review, 2026-11-26: the state times the first decay underflows to 0 in the recurrence, and the
     # next decay would lift the closed form's exact 2^-676 into view (the state's floor, _STATE_FLOOR)
-    "tiny state underflows mid-chunk, then grows": _rwkv6_case(3, r={0: 2.0 ** 100, 1: 2.0 ** 100, 2: 2.0 ** 100},
+    "tiny state underflows mid-chunk, then grows": _rwkv6_case(3, r={t: 2.0 ** 100 for t in range(3)},
                                                                w={0: 2.0 ** -200, 1: 2.0 ** 400}, S=2.0 ** -876),
 }
 
