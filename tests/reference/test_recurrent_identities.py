@@ -408,7 +408,8 @@ RWKV6_RANGE_CASES = {
                                                      v={0: 2.0 ** -200}, w={0: 2.0 ** -250, 1: 2.0 ** 500}),
     "score underflows, huge v": _rwkv6_case(3, r={2: 2.0 ** -400}, k={0: 2.0 ** -400}, v={0: 2.0 ** 1000},
                                             w={0: 2.0 ** 400, 1: 2.0 ** -800}),
-    "k and decay products past the bounds": _rwkv6_case(3, k={0: 2.0 ** 400}, v={0: 2.0 ** -300}, w={0: 2.0 ** -400, 1: 2.0 ** 800}),
+    "k and decay products past the bounds": _rwkv6_case(3, k={0: 2.0 ** 400}, v={0: 2.0 ** -300},
+                                                        w={0: 2.0 ** -400, 1: 2.0 ** 800}),
     # each of these breaks one bound only (the others hold), so each clause of the guard is needed
     "state times a growing decay overflows": _rwkv6_case(3, r={1: 0.25}, w={0: 4.0}, S=1e308),
     "decay product past the bound, r P overflows": _rwkv6_case(3, r={1: 2.0 ** 100}, k={0: 1.0}, v={0: 1.0},
