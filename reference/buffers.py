@@ -3,7 +3,8 @@
 On the 2-core VM of issue 16 a fresh array costs a page fault per 4 KiB on first touch: 0.4 ms per MiB or
 worse whenever two such arrays are live at once (a fresh 32 MiB float64 upcast took 15-90 ms, against
 2 ms into an existing array), more than the arithmetic of the loops that made them. Paged attention's KV
-heads (keys, values, a logits block) and RWKV6's chunk segments write into `Buffers` instead.
+heads (keys, values, a logits block), RWKV6's chunk segments and the SSD scan's chunks write into
+`Buffers` instead.
 """
 from __future__ import annotations
 

@@ -6,10 +6,12 @@ test of the spec rather than a tautology.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
 
+from ..buffers import Buffers
 from ..head_workers import head_blocks, head_map
 from ..validation import int_scalar
 from .activations import silu
@@ -144,47 +146,50 @@ def _scan_heads(S, x, dt, A, B, C, chunk, wanted, out, snaps):
     # operands, ~25% faster than through a transposed view); each chunk updates it in place.
     S_T = np.ascontiguousarray(S.swapaxes(-1, -2))
     scratch = np.empty_like(S_T)
+    work = Buffers()        # each chunk's [Hb, Q, Q] and [Hb, Q, P] temporaries (see buffers.py)
     for c0 in range(0, length, chunk):
         c1 = min(c0 + chunk, length)
         xc = x_chunk[:, :c1 - c0]
         np.copyto(xc, x[c0:c1].transpose(1, 0, 2))
         y, at = _chunk(S_T, xc, dt[:, c0:c1], A, B[c0:c1], C[c0:c1], [t - c0 for t in wanted if c0 < t <= c1],
-                       scratch)
+                       scratch, work)
         out[c0:c1] = y.transpose(1, 0, 2)
         for t_rel, S_t in at.items():
             snaps[wanted[t_rel + c0]] = S_t.swapaxes(-1, -2)
     return S_T.swapaxes(-1, -2)
 
 
-def _chunk(S_T, x, dt, A, B, C, want, scratch):
+def _chunk(S_T, x, dt, A, B, C, want, scratch, work):
     """One chunk of Q tokens in closed form (RS-18) for Hb heads of one group:
     S_T [Hb,N,P] (the state transposed); x [Hb,Q,P]; dt [Hb,Q] (dt'); A [Hb]; B, C [Q,N] (the group's,
-    shared by its heads); scratch [Hb,N,P], overwritten.
+    shared by its heads); scratch [Hb,N,P], overwritten; work: `Buffers` for the chunk's temporaries.
 
     cs_i = sum_{k<=i} dt_k A (per head, np.cumsum); the decay from token j to token i >= j is
     exp(cs_i - cs_j). The products over tokens and state columns are matrix products over the two trailing
     axes (`@`, run by BLAS, one per head): their order is free (RS-8) and fixed by this chunk's shapes
     alone, so a sequence gets the same bits whatever else is in the batch (RS-7).
-    Returns (y without D/z [Hb,Q,P], {t: state after the chunk's first t tokens, transposed [Hb,N,P]} for t
-    in `want`) and updates S_T in place to the state after the chunk.
+    Returns (y without D/z [Hb,Q,P], valid until the next call with `work`; {t: state after the chunk's
+    first t tokens, transposed [Hb,N,P]} for t in `want`) and updates S_T in place to the state after the
+    chunk.
     """
-    q = x.shape[-2]
+    heads, q, p = x.shape
+    # The chunk's temporaries are written into `work`'s buffers rather than fresh arrays: every fresh
+    # temporary of this size costs page faults, which on issue 16's VM took ~15% of the scan.
     cs = np.cumsum(dt * A[:, None], axis=-1)                      # [Hb, Q]
-    causal = np.tril(np.ones((q, q), dtype=bool))                 # [i, j]
-    seg = cs[:, :, None] - cs[:, None, :]                         # [Hb, i, j]
-    decay = np.exp(seg, out=np.zeros_like(seg), where=causal)     # 0 above the diagonal
-    # Products are formed in place where the code stays as readable: every fresh temporary of this size
-    # costs page faults, which on issue 16's VM took ~15% of the scan.
-    weights = decay
+    seg = np.subtract(cs[:, :, None], cs[:, None, :], out=work.array("seg", (heads, q, q)))  # [Hb, i, j]
+    weights = work.array("weights", (heads, q, q))
+    np.copyto(weights, 0.0)                                       # 0 above the diagonal
+    np.exp(seg, out=weights, where=_causal(q))                    # decay_ij
     weights *= C @ B.T                                            # C_i . B_j decay_ij
     weights *= dt[:, None, :]                                     #   ... dt_j   [Hb, i, j]
-    y = C @ S_T                                                   # the inter-chunk read C S^T, [Hb, Q, P]
+    y = np.matmul(C, S_T, out=work.array("y", (heads, q, p)))     # the inter-chunk read C S^T, [Hb, Q, P]
     y *= np.exp(cs)[..., None]
-    y += weights @ x                                              # plus the intra-chunk part
+    y += np.matmul(weights, x, out=work.array("x_part", (heads, q, p)))   # plus the intra-chunk part
 
     def absorbed(t, out=None):  # what the chunk's first t tokens add to the state, 1 <= t <= Q: [Hb, N, P]
         w = np.exp(cs[:, t - 1, None] - cs[:, :t]) * dt[:, :t]               # [Hb, t]
-        return np.matmul(B[:t].T, w[..., None] * x[:, :t, :], out=out)
+        weighted = np.multiply(w[..., None], x[:, :t, :], out=work.array("x_part", (heads, t, p)))
+        return np.matmul(B[:t].T, weighted, out=out)
 
     def state_after(t):
         return np.exp(cs[:, t - 1])[:, None, None] * S_T + absorbed(t)
@@ -195,6 +200,12 @@ def _chunk(S_T, x, dt, A, B, C, want, scratch):
     S_T *= np.exp(cs[:, q - 1])[:, None, None]
     S_T += absorbed(q, out=scratch)
     return y, snapshots
+
+
+@functools.cache
+def _causal(q):
+    """bool[q, q], True where j <= i (row i, column j)."""
+    return np.tri(q, dtype=bool)
 
 
 def validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, *, chunk_size=64, state_indices=None,
