@@ -6,9 +6,9 @@ sum(r u k) and the copy of the outputs; nor without its four products (scores, y
 update). This script runs exactly those, per block of 16 heads on its own thread (one BLAS thread each, as
 reference/head_workers.py does), with no guard, no mask, no state check and no validation, and prints the
 time and FLOP rate (6 K V per token and head, as the benchmark counts) of: passes and products together,
-each alone, and the float64 matmul measured in the same run. Together they are slower than the sum of the
-two alone (they evict each other's operands from the caches), and that sum already sets the best share the
-reference could reach with this form in NumPy.
+each alone, and the float64 matmul measured in the same run. Together they take about the sum of the two
+alone or more (they do not overlap), so that sum is the best the reference could do with this form in
+NumPy.
 
     .venv/bin/python benchmarks/rwkv6_floor.py
 """
