@@ -119,15 +119,16 @@ def _scan(S, r, k, v, w, u, out):
     for start in range(0, whole, chunk * _SEGMENT):
         seg = slice(start, min(whole, start + chunk * _SEGMENT))
         _chunks(S, r[seg], k[seg], v[seg], w[seg], u, out[seg], work)
-    return _recur(S, *(dtypes.upcast(x[whole:]) for x in (r, k, v, w)), u, out[whole:])
+    return _recur(S, r[whole:], k[whole:], v[whole:], w[whole:], u, out[whole:])
 
 
 def _recur(S, r, k, v, w, u, out):
     """Some tokens of one sequence through some heads, token by token: RS-20 as the spec states it.
 
-    S: float64[Hb, K, V] starting state; r, k, w: float64[L, Hb, K]; v: float64[L, Hb, V]; u: float64[Hb, K].
-    Writes out[L, Hb, V] in place; returns the final state (a new array).
+    S: float64[Hb, K, V] starting state; r, k, w: [L, Hb, K] and v: [L, Hb, V], any float dtype (upcast
+    here, exactly); u: float64[Hb, K]. Writes out[L, Hb, V] in place; returns the final state (a new array).
     """
+    r, k, v, w = (dtypes.upcast(x) for x in (r, k, v, w))
     S = S.copy()
     kv = np.empty_like(S)   # k v^T of one token, [Hb, K, V]; written in place: no allocation per token
     for t in range(r.shape[0]):
@@ -201,7 +202,7 @@ def _chunks(S, r, k, v, w, u, out, work):
             S[h] = last[h, c].T * (S[h] + W.k_inc[h, c].T @ W.v[h, c])
         slow = ~fast
         y_slow = np.empty((Q, int(slow.sum()), W.v.shape[3]))
-        S[slow] = _recur(S[slow], *(dtypes.upcast(x[c][:, slow]) for x in chunked), u[slow], y_slow)
+        S[slow] = _recur(S[slow], *(x[c][:, slow] for x in chunked), u[slow], y_slow)
         W.y[slow, c] = y_slow.transpose(1, 0, 2)
     np.copyto(out.reshape(C, Q, heads, -1), W.y.transpose(1, 2, 0, 3))
 
