@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .paged_attention import _soft_cap  # noqa: E402  one soft-cap formula for both attention kernels
+from .attention_tiles import soft_cap  # noqa: E402  one soft-cap formula for both attention kernels
 
 
 @triton.jit
@@ -66,7 +66,7 @@ def _mla_row_kernel(qn_ptr, qp_ptr, c_ptr, r_ptr, out_ptr, rows_ptr, seqs_ptr, p
         s = tl.sum(qn[:, None, :] * c[None, :, :], axis=2) + tl.sum(qp[:, None, :] * r[None, :, :], axis=2)
         s = s * sm_scale                                  # ML-3
         if HAS_CAP:
-            s = _soft_cap(s, cap)                         # PA-16 order: after scaling, before masking
+            s = soft_cap(s, cap)                         # PA-16 order: after scaling, before masking
         s = tl.where(ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
