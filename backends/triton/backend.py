@@ -207,12 +207,17 @@ class TritonBackend(Backend):
         from . import mla as kern
         import torch
         dev, a = rt.device, call.attention
-        plan = tuple(torch.from_numpy(p).to(dev) for p in kern.row_plan(a.kv_lens, a.cu_q_lens, a.num_seqs))
+        plan_np = kern.row_plan(a.kv_lens, a.cu_q_lens, a.num_seqs)
+        plan = tuple(torch.from_numpy(p).to(dev) for p in plan_np)
         sinks_t = None if a.sinks is None else torch.tensor(a.sinks, dtype=torch.float32, device=dev)
+        H, d_c = np.shape(q_nope)[1], np.shape(q_nope)[2]
+        launch = kern.launch_defaults(plan_np[0].size, H, d_c, int(plan_np[2].max(initial=-1)) + 1,
+                                      interpret=rt.interpret, sm_count=_sm_count(rt))
         out = kern.mla_paged_attention(to_torch(q_nope, dev), to_torch(q_pe, dev), to_torch(c_kv_pages, dev),
                                        to_torch(k_pe_pages, dev), metadata(page_indices, dev), plan,
                                        sm_scale=a.sm_scale, sliding_window=a.sliding_window, soft_cap=a.soft_cap,
-                                       sinks=sinks_t, interpret=rt.interpret)
+                                       sinks=sinks_t, interpret=rt.interpret, out_dtype=_out_dtype(q_nope, rt),
+                                       **launch)
         return to_numpy(out)
 
     def _split_threshold(self, interpret: bool) -> int:

@@ -2,7 +2,7 @@
 
 One call runs up to four launches on one stream, in this order:
   1. `_attention_kernel` (decode): sequences with at most `decode_max_q` query rows;
-  2. `_combine_kernel`: merges the split-KV partials of step 1 (only when it split);
+  2. `combine_kernel`: merges the split-KV partials of step 1 (only when it split);
   3. `paged_prefill.prefill_kernel` (FlashAttention-2 style): sequences with more rows;
   4. `_scores_kernel` (PA-21), over every sequence, with the log-sum-exp written by 1-3.
 Each kernel skips the sequences of the other (it reads q_len from cu_q_lens), so no host-side metadata
@@ -23,7 +23,7 @@ Both products run on the dot dtype (`attention_dot_dtype`: the 16-bit q dtype na
 accumulation; P rounded to it as NU-PA1 allows).
 
 Split-KV: for long decode sequences a third grid axis cuts the KV range into NUM_SPLITS segments of
-equal block counts; each writes a partial (normalised output, max, sum) and `_combine_kernel` merges
+equal block counts; each writes a partial (normalised output, max, sum) and `combine_kernel` merges
 them with weights exp(m_s - M) l_s, adding the sink once. The split count is `launch_defaults`' rule.
 Scores (PA-21): a second pass over the same ranges with the final log-sum-exp of every row adds the
 probabilities, summed over rows and heads, into scores[seq, token] with atomic adds.
@@ -159,7 +159,7 @@ def _attention_kernel(
 
 
 @triton.jit
-def _combine_kernel(part_ptr, part_ml_ptr, out_ptr, lse_ptr, sinks_ptr, Hq,
+def combine_kernel(part_ptr, part_ml_ptr, out_ptr, lse_ptr, sinks_ptr, Hq,
                     stride_pst, stride_ptt, stride_pth, stride_mls, stride_mlt,
                     stride_ot, stride_oh, stride_od, stride_lt,
                     D: tl.constexpr, D_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr,
@@ -450,7 +450,7 @@ def _attention(q, k_pages, v_pages, table: _PageTable, cu_q_lens, num_seqs, page
         if num_splits > 1:
             # Merges every row: padding rows (PA-25) and the prefill kernel's rows, which step 3 then
             # writes again, get unspecified values; merging all T rows needs no cu_q_lens on the host.
-            _combine_kernel[(T, Hq)](
+            combine_kernel[(T, Hq)](
                 part, part_ml, out, lse, sinks_t, Hq,
                 part.stride(0), part.stride(1), part.stride(2), part_ml.stride(0), part_ml.stride(1),
                 *out.stride(), lse.stride(0),
