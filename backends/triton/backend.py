@@ -44,7 +44,7 @@ class TritonBackend(Backend):
 
     def availability(self) -> Availability:
         rt = _runtime.configure()
-        return Availability(ok=rt.ok, reason=rt.reason, device=rt.description)
+        return Availability(ok=rt.ok, reason=rt.reason, device=rt.description, native=rt.ok and not rt.interpret)
 
     def capabilities(self) -> dict[str, OpClaims]:
         return {
