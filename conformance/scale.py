@@ -195,6 +195,7 @@ def attention_sample(case: Case, seqs, rows_of: dict | None = None, *, pools=("k
     inputs.update(kv_lens=np.array(sub_kv, dtype=np.int32), page_indices=table,
                   cu_q_lens=np.concatenate([[0], np.cumsum(sub_q)]).astype(np.int32), num_seqs=len(sub_kv))
     params = dict(case.params, sampled_from=case.params.get("rebuild", case.op), num_seqs=len(sub_kv),
+                  sampled_sequences=sorted({i for i, _ in sub_rows}),
                   q_lens=[int(q) for q in sub_q], kv_lens=[int(k) for k in sub_kv])
 
     def select(actual):
@@ -314,6 +315,7 @@ def write_kv_sample(case: Case, actual, rng, k_pages_sampled: int, boundary_page
         if s is not None and np.ndim(s) == 3:
             inputs[name] = np.asarray(s)[pages]
     params = dict(case.params, sampled_from=case.params.get("rebuild", "write_kv"), num_pages=int(pages.size),
+                  sampled_pages=[int(p) for p in pages],
                   tokens=int(keep.size), stray_pages=[int(p) for p in stray[:64]])
 
     def select(result):
@@ -367,7 +369,8 @@ def ssu_sample(case: Case, actual, rng, k_rows: int, boundary_slot: int) -> Samp
         if x.get(name) is not None:
             inputs[name] = np.asarray(x[name])[rows]
     params = dict(case.params, sampled_from=case.params.get("rebuild", case.op), num_seqs=int(rows.size),
-                  tokens=int(rows.size), num_slots=int(slots.size), stray_slots=[int(s) for s in stray[:64]])
+                  tokens=int(rows.size), num_slots=int(slots.size), sampled_slots=[int(s) for s in idx[rows]],
+                  stray_slots=[int(s) for s in stray[:64]])
 
     def select(result):
         return type(result)(np.asarray(result[0])[rows], np.asarray(result[1])[slots])
