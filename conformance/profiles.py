@@ -44,7 +44,8 @@ class Profile:
 
 
 #: the ops conformance/scale_suite/ checks
-SCALE_OPS = ("write_kv", "ragged_paged_attention", "selective_state_update", "mla_paged_attention")
+SCALE_OPS = ("write_kv", "ragged_paged_attention", "selective_state_update", "causal_conv1d_update",
+             "gated_delta_rule_update", "mla_paged_attention")
 
 PROFILES = {
     "quick": Profile("quick", 8, derandomize=False, use_database=False, target=False, call_timeout=120.0),

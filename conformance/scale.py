@@ -329,12 +329,7 @@ def ssu_case(rng, *, act: str, pool_dtype: str, shape, rows: int, boundary_slot:
     """A Mamba2 selective_state_update of `rows` rows over a pool of shape (num_slots, H, P, N), slots
     spread over the whole pool with some past `boundary_slot` (the last slot always)."""
     num_slots, H, P, N = shape
-    pick = [num_slots - 1]
-    high = rng.permutation(np.arange(boundary_slot, num_slots - 1))[:max(0, min(rows // 4, rows - 1))]
-    pick += high.tolist()
-    rest = np.setdiff1d(np.arange(num_slots), pick)
-    pick += rng.choice(rest, size=rows - len(pick), replace=False).tolist()
-    idx = rng.permutation(np.asarray(pick, dtype=np.int64)).astype(np.int32)
+    idx = spread_slots(rng, num_slots, rows, boundary_slot)
     G = 1
     state = periodic(rng, shape, pool_dtype)
     x = floats(rng, (rows, H, P), act)
@@ -349,9 +344,16 @@ def ssu_case(rng, *, act: str, pool_dtype: str, shape, rows: int, boundary_slot:
 
 
 def ssu_sample(case: Case, actual, rng, k_rows: int, boundary_slot: int) -> Sampled:
-    """Rows (with their slots): the one writing the highest slot, rows writing past the boundary and at
-    random; plus every pool row no row writes whose bits changed (RS-4, full scan) and the rows next to
-    the highest written slot, as unaddressed rows of the small pool (compared exactly)."""
+    """`rows_sample` of a selective_state_update call."""
+    return rows_sample(case, actual, rng, k_rows, boundary_slot, pool="state", per_row=("x", "dt", "B", "C", "z"))
+
+
+def rows_sample(case: Case, actual, rng, k_rows: int, boundary_slot: int, *, pool: str, per_row) -> Sampled:
+    """A one-token-per-row recurrent call (selective_state_update, causal_conv1d_update,
+    gated_delta_rule_update; result (out, pool)): rows with their slots, the row writing the highest slot,
+    rows writing past the boundary and at random; plus every pool row no row writes whose bits changed
+    (RS-4, full scan) and the rows next to the highest written slot, as unaddressed rows of the small pool
+    (compared exactly)."""
     x = case.inputs
     idx = np.asarray(x["state_indices"], dtype=np.int64)
     live = np.flatnonzero(idx >= 0)
@@ -359,13 +361,14 @@ def ssu_sample(case: Case, actual, rng, k_rows: int, boundary_slot: int) -> Samp
     high = [int(r) for r in order if idx[r] >= boundary_slot][-2:]
     rows = order[sample_indices(rng, order.size, [order.size - 1] + [int(np.searchsorted(idx[order], idx[r]))
                                                                       for r in high], k_rows)]
-    stray = changed_rows(x["state"], np.asarray(actual[1]), idx[live])
+    stray = changed_rows(x[pool], np.asarray(actual[1]), idx[live])
     top = int(idx[live].max())
-    near = [s for s in (top - 1, top + 1) if 0 <= s < x["state"].shape[0] and s not in set(idx[live].tolist())]
+    near = [s for s in (top - 1, top + 1) if 0 <= s < x[pool].shape[0] and s not in set(idx[live].tolist())]
     extra = np.unique(np.concatenate([stray[:64], np.asarray(near, dtype=np.int64)])).astype(np.int64)
     slots = np.concatenate([idx[rows], extra])
-    inputs = dict(x, state=np.asarray(x["state"])[slots], state_indices=np.arange(rows.size, dtype=np.int32))
-    for name in ("x", "dt", "B", "C", "z"):
+    inputs = dict(x, state_indices=np.arange(rows.size, dtype=np.int32))
+    inputs[pool] = np.asarray(x[pool])[slots]
+    for name in per_row:
         if x.get(name) is not None:
             inputs[name] = np.asarray(x[name])[rows]
     params = dict(case.params, sampled_from=case.params.get("rebuild", case.op), num_seqs=int(rows.size),
@@ -377,6 +380,40 @@ def ssu_sample(case: Case, actual, rng, k_rows: int, boundary_slot: int) -> Samp
 
     return Sampled(Case(case.op, inputs, params, case.seed), select,
                    f"reference on {rows.size} sampled rows ({len(stray)} unaddressed pool rows changed) (NU-13)")
+
+
+def spread_slots(rng, num_slots: int, rows: int, boundary_slot: int) -> np.ndarray:
+    """`rows` distinct slots over the whole pool: the last slot, a quarter past `boundary_slot`, the rest
+    anywhere."""
+    pick = [num_slots - 1]
+    pick += rng.permutation(np.arange(boundary_slot, num_slots - 1))[:max(0, min(rows // 4, rows - 1))].tolist()
+    pick += rng.choice(np.setdiff1d(np.arange(num_slots), pick), size=rows - len(pick), replace=False).tolist()
+    return rng.permutation(np.asarray(pick, dtype=np.int64)).astype(np.int32)
+
+
+def conv_rows_case(rng, *, act: str, pool_dtype: str, rows: int, channels: int, width: int, rebuild: str = "") -> Case:
+    """A one-token causal_conv1d_update of `rows` rows (RS-10 .. RS-12), slots spread over the pool."""
+    num_slots = rows + 16
+    inputs = dict(x=floats(rng, (rows, channels), act),
+                  conv_state=periodic(rng, (num_slots, channels, width - 1), pool_dtype),
+                  weight=floats(rng, (channels, width), act), bias=floats(rng, (channels,), act), activation="silu",
+                  state_indices=spread_slots(rng, num_slots, rows, rows))
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows, num_slots=num_slots, rebuild=rebuild)
+    return Case("causal_conv1d_update", inputs, params)
+
+
+def gdn_update_case(rng, *, act: str, pool_dtype: str, rows: int, heads, rebuild: str = "") -> Case:
+    """A gated_delta_rule_update of `rows` rows (RS-28 .. RS-31), L2-normalised q/k, slots spread over the pool;
+    heads = (Hk, Hv, K, V)."""
+    hk, hv, K, V = heads
+    num_slots = rows + 16
+    inputs = dict(q=floats(rng, (rows, hk, K), act), k=floats(rng, (rows, hk, K), act), v=floats(rng, (rows, hv, V), act),
+                  g=-np.abs(floats(rng, (rows, hv), act, max_exp=-1)),
+                  beta=np.abs(floats(rng, (rows, hv), act, max_exp=-1)),
+                  state=periodic(rng, (num_slots, hv, K, V), pool_dtype), use_qk_l2norm=True,
+                  state_indices=spread_slots(rng, num_slots, rows, rows))
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows, num_slots=num_slots, rebuild=rebuild)
+    return Case("gated_delta_rule_update", inputs, params)
 
 
 def mla_case(rng, *, dtype: str, dims, kv_lens, rebuild: str = "") -> Case:

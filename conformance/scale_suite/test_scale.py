@@ -2,8 +2,9 @@
 
 Each test makes one large call through the backend and judges a sample of it with the op's own checks:
 pools past 2**31 elements (KV write, decode attention, 128k-key decode rows, selective state update),
-a 128k-token prefill, more than 65535 sequences or rows (the y/z grid limit), a 256-row DeepSeek-V3 MLA
-decode. Every test draws from a fixed seed: the same cases on every run.
+a 128k-token prefill, more than 65535 sequences or rows (the y/z grid limit: attention, selective state
+update, causal conv update, gated delta rule update), a 256-row DeepSeek-V3 MLA decode. Every test draws
+from a fixed seed: the same cases on every run.
 """
 from __future__ import annotations
 
@@ -206,6 +207,38 @@ def test_ssu_rows_past_the_grid_limit(kvc):
                           boundary_slot=rows, rebuild=_rebuild("test_ssu_rows_past_the_grid_limit", kvc.profile.name))
     actual = kvc.call(case)
     _judge(kvc, scale.ssu_sample(case, actual, rng, sizes.sampled_seqs, rows), actual)
+
+
+@conformance_test(op="causal_conv1d_update", layer="differential", clauses=("RS-4", "RS-10", "RS-12", "NU-13"))
+def test_conv1d_rows_past_the_grid_limit(kvc):
+    """70000 rows of a one-token causal conv update (past 65535 programs along a y or z grid axis)."""
+    sizes = _sizes(kvc)
+    claims = kvc.claims("causal_conv1d_update", features=("state_indices", "bias", "silu"))
+    act, pool = scale.pick_dtypes(claims, kvs=("float32", "float64", "bfloat16", "float16"))
+    rows = sizes.grid_rows
+    kvc.require(claims, dtype=act, kv_dtype=pool, num_seqs=rows)
+    rng = np.random.default_rng(9)
+    case = scale.conv_rows_case(rng, act=act, pool_dtype=pool, rows=rows, channels=64, width=4,
+                                rebuild=_rebuild("test_conv1d_rows_past_the_grid_limit", kvc.profile.name))
+    actual = kvc.call(case)
+    _judge(kvc, scale.rows_sample(case, actual, rng, sizes.sampled_seqs, rows, pool="conv_state", per_row=("x",)),
+           actual)
+
+
+@conformance_test(op="gated_delta_rule_update", layer="differential", clauses=("RS-4", "RS-30", "NU-13"))
+def test_gated_delta_update_rows_past_the_grid_limit(kvc):
+    """70000 decode rows of the gated delta rule (Hk 2, Hv 4, K = V = 16; L2-normalised q/k)."""
+    sizes = _sizes(kvc)
+    claims = kvc.claims("gated_delta_rule_update", features=("state_indices", "qk_l2norm"))
+    act, pool = scale.pick_dtypes(claims, kvs=("float32", "float64"))
+    rows = sizes.grid_rows
+    kvc.require(claims, dtype=act, kv_dtype=pool, num_seqs=rows)
+    rng = np.random.default_rng(10)
+    case = scale.gdn_update_case(rng, act=act, pool_dtype=pool, rows=rows, heads=(2, 4, 16, 16),
+                                 rebuild=_rebuild("test_gated_delta_update_rows_past_the_grid_limit", kvc.profile.name))
+    actual = kvc.call(case)
+    _judge(kvc, scale.rows_sample(case, actual, rng, sizes.sampled_seqs, rows, pool="state",
+                                  per_row=("q", "k", "v", "g", "beta")), actual)
 
 
 @conformance_test(op="mla_paged_attention", layer="differential", clauses=("ML-2", "ML-4", "ML-5", "NU-13"))
