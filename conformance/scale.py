@@ -90,7 +90,8 @@ class Sampled:
 
 # --- values ------------------------------------------------------------------------------------------
 
-PERIOD = 127    # odd: a periodic pool never repeats at an offset of 2**32 elements (an int32 wrap)
+PERIOD = 127    # odd: a periodic pool never repeats at an offset of 2**32 elements (an int32 wrap); query rows
+                # repeat every 1021 rows (rows that share a q still differ in position and keys)
 
 
 def periodic(rng: np.random.Generator, shape, dtype: str, *, period: int = PERIOD, **bounds) -> np.ndarray:
@@ -123,7 +124,8 @@ def spread_pages(rng: np.random.Generator, num_pages: int, counts, boundary_page
     elements past the boundary offset)."""
     total = int(sum(counts))
     high = np.arange(boundary_page, num_pages)
-    takes_high = [1 if c and len(high) >= sum(1 for x in counts if x) else 0 for c in counts]
+    enough = len(high) >= sum(1 for c in counts if c)
+    takes_high = [1 if c and enough else 0 for c in counts]
     chosen_high = rng.choice(high, size=sum(takes_high), replace=False) if sum(takes_high) else np.zeros(0, int)
     rest = np.setdiff1d(np.arange(num_pages), chosen_high, assume_unique=True)
     chosen_rest = rng.choice(rest, size=total - len(chosen_high), replace=False)
@@ -222,7 +224,7 @@ def attention_case(rng, *, q_dtype: str, kv_dtype: str, heads, page_size: int, n
     cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
     if pools is None:
         pools = tuple(periodic(rng, (num_pages, page_size, hkv, d), kv_dtype) for _ in range(2))
-    q = floats(rng, (int(cu[-1]), hq, d), q_dtype)
+    q = periodic(rng, (int(cu[-1]), hq, d), q_dtype, period=1021)    # 10**5 rows at memory speed
     if dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype)):
         options = dict(options, k_scale=0.0390625, v_scale=0.5)
     inputs = dict(q=q, k_pages=pools[0], v_pages=pools[1], kv_lens=np.asarray(kv_lens, np.int32),
