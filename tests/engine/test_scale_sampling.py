@@ -3,12 +3,14 @@ sub-calls give the reference's own rows, the sample always holds the rows past t
 pool rows that changed are found and judged, and `kvconform run --profile scale` refuses a CPU backend."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from kvconform import reference
 from kvconform.conformance import case as case_io
-from kvconform.conformance import cli, scale
+from kvconform.conformance import cli, profiles, scale
 from kvconform.conformance.harness import compare_outputs
 
 SMOKE = scale.sizes_for("scale-smoke")
@@ -122,3 +124,14 @@ def test_reproducer_of_a_huge_case_keeps_its_recipe_not_its_inputs(tmp_path, mon
     assert not (tmp_path / "r" / "inputs.npz").exists()
     with pytest.raises(case_io.CorruptReproducer, match="not stored.*rebuild: kvconform run --profile scale"):
         case_io.load(tmp_path / "r")
+
+
+def test_scale_smoke_profile_runs_the_scale_suite(tmp_path):
+    """`--profile scale-smoke` runs conformance/scale_suite/ (not the regular suite) end to end on the
+    reference backend: every scale test passes, and the NOT CHECKED gate counts only the profile's ops."""
+    code = cli.main(["run", "--backend", "numpy", "--profile", "scale-smoke", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "report.json").read_text())
+    tests = {r["test"] for r in report["results"]}
+    assert code == 0 and len(tests) == 10 and all(t.startswith("test_") for t in tests)
+    assert {r["status"] for r in report["results"]} == {"pass"}
+    assert {r["op"] for r in report["results"]} == set(profiles.SCALE_OPS)
