@@ -115,7 +115,8 @@ def check_backend(spec: str, *, timeout: float = 120.0) -> tuple[list[Finding], 
     import pytest
     from kvconform import backends
     from .harness import compare_outputs
-    from .worker import BackendCrash, BackendDeclined, BackendError, ClaimsUnreadable, BackendUnavailable, Worker
+    from .worker import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
+                         ClaimsUnreadable, Worker)
 
     try:
         backend = backends.load(spec)
@@ -171,6 +172,9 @@ def check_backend(spec: str, *, timeout: float = 120.0) -> tuple[list[Finding], 
                 continue
             except BackendError as exc:
                 findings.append(Finding(op, f"raised {exc.type_name}: {exc.message} on {case.shape_summary()}"))
+                continue
+            except BackendProtocolError as exc:
+                findings.append(Finding(op, f"{exc} on {case.shape_summary()}"))
                 continue
             if mutated:
                 findings.append(Finding(op, f"modified or aliased its inputs: {', '.join(mutated)}"))
