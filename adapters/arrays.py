@@ -3,7 +3,8 @@
 Every dtype of the spec crosses bit for bit: float64/32/16, bfloat16 and float8_e4m3fn/e5m2 (ml_dtypes on
 the NumPy side, torch.bfloat16 / float8_e4m3fn / float8_e5m2 on the torch side: neither library knows the
 other's types, so they travel as their integer bit patterns and are re-viewed), int8/16/32/64, uint8 and
-bool. NaN payloads, -0.0, subnormals and infinities come back as they went (tests/adapters/).
+bool (and the unsigned words uint16/32/64 that storage kernels use). NaN payloads, -0.0, subnormals and
+infinities come back as they went (tests/adapters/).
 
     to_torch(x, device="cpu", *, dtype=None, keep_strides=False)   NumPy -> torch, always a copy
     to_numpy(x)                                                     torch / jax / DLPack / NumPy -> NumPy
@@ -42,6 +43,7 @@ _TORCH_NAMES = {
     "float64": "float64", "float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
     "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
     "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8", "bool": "bool",
+    "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",    # storage words (torch >= 2.3)
 }
 #: dtypes NumPy and torch do not share: the integer dtype of the same width their bits travel as
 _BITS = {"bfloat16": ("int16", np.int16), "float8_e4m3fn": ("uint8", np.uint8), "float8_e5m2": ("uint8", np.uint8)}
