@@ -105,13 +105,15 @@ def sglang_req_to_token(kv_lens, page_indices, num_seqs, page_size, max_context_
     slot + page_size), 0 past kv_len (sglang's padded slot). max_context_len defaults to
     pages_per_seq * page_size. Source: memory_pool.py ReqToTokenPool (sgl-project/sglang@000ccdb)."""
     ps = int_scalar("page_size", page_size, minimum=1)
-    spans = sequence_spans(np.zeros(int_scalar("num_seqs", num_seqs, minimum=0) + 1, np.int64), kv_lens,
-                           page_indices, num_seqs, ps)
+    n = int_scalar("num_seqs", num_seqs, minimum=0)
+    csr = block_table_to_csr(page_indices, kv_lens, n, ps)
+    lens = int_input("kv_lens", kv_lens, 1, "[S]")[:n]
     width = int_input("page_indices", page_indices, 2, "[S, pages_per_seq]").shape[1] * ps
     width = width if max_context_len is None else int_scalar("max_context_len", max_context_len, minimum=0)
-    table = np.zeros((len(spans), width), np.int32)
-    for span in spans:
-        require(span.kv_len <= width, f"max_context_len={width} is smaller than kv_lens[{span.index}]={span.kv_len}")
-        pos = np.arange(span.kv_len)
-        table[span.index, :span.kv_len] = (span.pages[pos // ps] + 1) * ps + pos % ps
+    table = np.zeros((n, width), np.int32)
+    for s in range(n):
+        kv_len, pages = int(lens[s]), csr.kv_indices[csr.kv_indptr[s]:csr.kv_indptr[s + 1]].astype(np.int64)
+        require(kv_len <= width, f"max_context_len={width} is smaller than kv_lens[{s}]={kv_len}")
+        pos = np.arange(kv_len)
+        table[s, :kv_len] = (pages[pos // ps] + 1) * ps + pos % ps
     return table
