@@ -320,6 +320,7 @@ def cmd_coverage(args) -> int:
 def cmd_replay(args) -> int:
     from . import case as case_io
     from .harness import compare_outputs, raised_lines
+    from .strided import layouts_of
     from .worker import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
                          InProcess, Worker)
     from kvconform import backends, reference
@@ -352,7 +353,7 @@ def cmd_replay(args) -> int:
     try:
         for earlier in before:   # a call-history failure: the calls that came first, in order
             worker.call(earlier.op, earlier.inputs)
-        actual, mutated = worker.call(case.op, case.inputs)
+        actual, mutated = worker.call(case.op, case.inputs, layouts=layouts_of(case))
     except BackendCrash as exc:
         print(f"  CRASH: {exc}")
         return 1

@@ -22,6 +22,7 @@ import numpy as np
 from kvconform import reference
 from kvconform.backends.base import OPS
 
+from . import strided
 from .case import Case
 from .worker import BackendCrash, BackendError, BackendProtocolError, exception_line
 
@@ -109,11 +110,10 @@ def _diagnose_poison(kvc, case: Case, clean_actual: Any) -> dict:
 
 def _diagnose_differential(kvc, case: Case) -> dict | None:
     module = importlib.import_module(f"kvconform.conformance.strategies.{OPS[case.op]}")
-    make = getattr(module, "DIAGNOSIS", {}).get(case.op)
-    if make is None:
-        return None
+    make = getattr(module, "DIAGNOSIS", {}).get(case.op) or (lambda _: [])
     variations = []
-    for label, variant in make(case):
+    # a strided case (NU-14): first every argument contiguous, then each alone strided
+    for label, variant in strided.diagnosis_variations(case) + make(case):
         try:
             expected = kvc.reference(variant)
         except Exception as exc:
@@ -142,7 +142,7 @@ def _run(kvc, case: Case, expected: Any) -> tuple[str, str]:
     """Call the backend on `case` directly (no failure recording) and judge it: pass, fail, n/a, crash."""
     from .harness import compare_outputs
     try:
-        actual, mutated = kvc.worker.call(case.op, case.inputs, timeout=kvc.call_timeout)
+        actual, mutated = kvc.worker.call(case.op, case.inputs, timeout=kvc.call_timeout, layouts=strided.layouts_of(case))
     except BackendError as exc:
         return "n/a", f"backend raised {exc.type_name}: {exception_line(exc.message)[:160]}"
     except BackendProtocolError as exc:

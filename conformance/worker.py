@@ -22,6 +22,7 @@ import traceback
 from typing import Any, NamedTuple
 
 from .protocol import ALIAS, InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs  # noqa: F401
+from .strided import StridedInputs
 
 
 class BackendCrash(BaseException):
@@ -114,9 +115,11 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
             return
         if request is None:
             return
-        op, kwargs = request
+        op, kwargs, layouts = request
         served = time.perf_counter()
         try:
+            strided = StridedInputs(kwargs, layouts)   # views built here: pickling made them contiguous (NU-14)
+            kwargs = strided.inputs
             before = InputSnapshot(kwargs)
             started = time.perf_counter()
             result = getattr(backend, op)(**kwargs)
@@ -126,7 +129,7 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
             except ProtocolViolation as exc:
                 conn.send(("protocol", str(exc)))
                 continue
-            mutated = before.mutated(kwargs) + aliased_inputs(result, kwargs)
+            mutated = before.mutated(kwargs) + strided.touched() + aliased_inputs(result, kwargs)
             result = outputs
             timing = (backend_seconds, time.perf_counter() - served - backend_seconds)
             conn.send(("ok", (result, mutated, timing)))
@@ -194,7 +197,8 @@ class Worker:
             self.start()
         return self.description
 
-    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+    def call(self, op: str, kwargs: dict, timeout: float | None = None, layouts: dict | None = None):
+        """`layouts`: {argument: layout} of a strided case (conformance/strided.py), built in the worker."""
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
@@ -203,7 +207,7 @@ class Worker:
         started = time.monotonic()
         self.last_timing = None
         try:
-            self._conn.send((op, kwargs))
+            self._conn.send((op, kwargs, layouts))
             if not self._conn.poll(limit):
                 self.stop()
                 raise BackendCrash(f"hang: {op} did not return within {limit:.0f} s (worker killed)")
@@ -312,9 +316,11 @@ class InProcess:
     def describe(self) -> dict:
         return self.description
 
-    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+    def call(self, op: str, kwargs: dict, timeout: float | None = None, layouts: dict | None = None):
         from kvconform.backends.base import Unsupported
         self.last_timing = None
+        strided = StridedInputs(kwargs, layouts)
+        kwargs = strided.inputs
         before = InputSnapshot(kwargs)
         try:
             started = time.perf_counter()
@@ -330,7 +336,7 @@ class InProcess:
             outputs = protocol_outputs(result)
         except ProtocolViolation as exc:
             raise BackendProtocolError(str(exc)) from None
-        return outputs.value(), before.mutated(kwargs) + aliased_inputs(result, kwargs)
+        return outputs.value(), before.mutated(kwargs) + strided.touched() + aliased_inputs(result, kwargs)
 
     def stop(self) -> None:
         pass

@@ -22,7 +22,7 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 from kvconform.reference.eviction import EvictionConfig
 
-from .. import tolerance
+from .. import strided, tolerance
 from ..case import Case
 from .values import floats, pick, sampled_from, seeds
 
@@ -153,3 +153,7 @@ def plan_checks(case: Case, expected: dict, actual: dict) -> dict:
 
 
 CHECKS = {"accumulate_scores": accumulate_checks, "plan_eviction": plan_checks}
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+STRIDED = {"accumulate_scores": strided.columns(accumulate_cases), "plan_eviction": strided.columns(plan_cases)}

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from kvconform.backends.base import LIMITS, OpClaims
 
+from .. import strided
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened, without
 from . import paged_attention as pa
@@ -152,3 +153,8 @@ def up_projected(x: dict, w_uk: np.ndarray, w_uv: np.ndarray) -> dict:
     sm_scale = x.get("sm_scale") or (d_c + d_r) ** -0.5
     return dict(q=np.concatenate([q_orig, q_pe], axis=2), k_pages=keys,
                 v_pages=np.concatenate([values, pad], axis=3), sm_scale=sm_scale, **rest)
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+#: the columns strided cases are drawn from, the first one claimed (the combined options bring sinks)
+STRIDED = {OP: strided.columns(mla_cases, *strided.named(VARIANTS, "combined", "base"))}

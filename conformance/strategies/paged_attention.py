@@ -22,7 +22,7 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 from kvconform.reference.kv_layouts import canonical_kv, to_layout
 
-from .. import tolerance
+from .. import strided, tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import narrowed, widened, without
 from . import constraints
@@ -590,3 +590,11 @@ DIAGNOSIS = {"ragged_paged_attention": _attention_diagnosis, "write_kv": _write_
 #: inputs the history property redraws (same shapes and metadata, other values)
 HISTORY_INPUTS = {"ragged_paged_attention": ("q", "k_pages", "v_pages"),
                   "write_kv": ("k", "v", "k_pages", "v_pages")}
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+#: per op, the columns its strided cases are drawn from, the first one claimed: the combined options
+#: bring a sinks array and quantized pages, per-token scales two [pages, page_size, Hkv] scale arrays
+STRIDED = {"ragged_paged_attention": strided.columns(attention_cases,
+                                                     *strided.named(ATTENTION_VARIANTS, "combined", "base")),
+           "write_kv": strided.columns(write_kv_cases, *strided.named(WRITE_VARIANTS, "per_token_scales", "base"))}

@@ -22,7 +22,7 @@ from kvconform import reference
 from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 
-from .. import tolerance
+from .. import strided, tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened
 from . import constraints
@@ -264,3 +264,10 @@ def _rotation_diagnosis(case: Case) -> list:
 
 
 DIAGNOSIS = {"rotate_keys": _rotation_diagnosis, "shift_keys": _rotation_diagnosis}
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+#: per op, the columns its strided cases are drawn from, the first one claimed (per-token deltas: a
+#: [blocks, page_size] table)
+STRIDED = {"rotate_keys": strided.columns(rotate_keys_cases, *strided.named(ROTATE_VARIANTS, "per_token", "per_block")),
+           "shift_keys": strided.columns(shift_keys_cases, *strided.named(SHIFT_VARIANTS, "per_token", "per_block"))}
