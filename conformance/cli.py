@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="backends found, whether they can run here, their claims")
     lst.add_argument("--backend", action="append", default=[], metavar="SPEC",
                      help="list this backend only (entry-point name or package.module:factory; repeatable)")
+    lst.add_argument("--profile", default=None, metavar="NAME",
+                     help="the cases of a profile of fixed cases instead (models: model x op x shape)")
 
     chk = sub.add_parser("check-backend", help="what is wrong with a backend, in plain words: loading, claim "
                                                "names, method signatures, one small case per claimed op")
@@ -235,6 +237,8 @@ def cmd_run(args) -> int:
 
 def cmd_list(args) -> int:
     from kvconform import backends
+    if args.profile is not None:
+        return _list_profile(args.profile)
     if args.backend:
         found = []
         for spec in args.backend:
@@ -250,6 +254,20 @@ def cmd_list(args) -> int:
         found = backends.discover()
     for item in found:
         _print_backend(item)
+    return 0
+
+
+def _list_profile(name: str) -> int:
+    """`list --profile models`: its table of model x op x shape (the other profiles draw their cases)."""
+    from . import profiles
+    if name not in profiles.PROFILES:
+        raise UsageError(f"unknown profile {name!r}: choose one of {', '.join(profiles.PROFILES)}")
+    if name != "models":
+        raise UsageError(f"--profile {name}: only the models profile has a table of named cases (profile {name} "
+                         f"draws its cases within each backend's claims)")
+    from . import models
+    for line in models.table():
+        print(line)
     return 0
 
 

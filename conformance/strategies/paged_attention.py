@@ -468,7 +468,10 @@ def _sequence_bounds(x: dict, i: int):
     v = dequantized(x["v_pages"], x.get("v_scale"), where)
     q = np.abs(dtypes.upcast(x["q"][x["cu_q_lens"][i]:x["cu_q_lens"][i + 1]]))  # [q_len, Hq, D]
     group = q.shape[1] // k.shape[1]
-    dots = np.einsum("thd,jhd->thj", q, np.repeat(k, group, axis=1))          # sum_d |q||k|
+    # sum_d |q||k| per query head h and the KV head h // group, without repeating k per query head (128
+    # copies of every key at MLA's one KV head: gigabytes at thousands of keys)
+    dots = np.einsum("tkgd,jkd->tkgj", q.reshape(q.shape[0], k.shape[1], group, q.shape[2]), k,
+                     optimize=True).reshape(q.shape[0], q.shape[1], k.shape[0])
     pos = first + np.arange(q_len)[:, None]
     visible = (tokens[None, :] <= pos) & (True if window is None else tokens[None, :] > pos - int(window))
     sm = x.get("sm_scale") or x["q"].shape[2] ** -0.5
