@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .validation import check_index_range, int_input, int_scalar, require
+from .validation import as_array, check_index_range, int_input, int_scalar, require
 
 __all__ = [
     "CsrPageTable", "BlockTable", "ArenaLayout", "PageTableState",
@@ -209,10 +209,33 @@ ARENA_ORDER = ("qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len")
 def validate_arena_layout(nbytes, alignment, start=0):
     """Check `arena_layout`'s arguments (MD-22); returns (nbytes i64[n], alignment, start)."""
     sizes = int_input("nbytes", nbytes, 1, "[n]")
-    check_index_range("nbytes", sizes, 0, 2**40, " (byte sizes are >= 0)")
+    bad = np.flatnonzero(sizes < 0)
+    require(not bad.size, f"nbytes[{int(bad[0]) if bad.size else 0}]={int(sizes[bad[0]]) if bad.size else 0} "
+                          f"must be >= 0 (byte sizes, MD-8)")
     A = int_scalar("alignment", alignment, minimum=1)
     require(A & (A - 1) == 0, f"alignment must be a power of two (MD-8), got {A}")
-    return sizes, A, int_scalar("start", start, minimum=0)
+    begin = int_scalar("start", start, minimum=0)
+    total = _layout(sizes, A, begin)[2]
+    # MD-9: offsets, copy_bytes and total_bytes are i64, so a layout ending past 2**63 - 1 bytes cannot be
+    # returned (Python ints above: the check itself cannot overflow)
+    require(total <= np.iinfo(np.int64).max,
+            f"nbytes: the layout of these sizes (start {begin}, alignment {A}) takes {total} bytes, past "
+            f"2**63 - 1, the range of its i64 offsets (MD-9)")
+    return sizes, A, begin
+
+
+def _layout(sizes, A: int, pos: int) -> tuple[list[int], int, int]:
+    """(offsets, copy_bytes, total_bytes) of MD-8/MD-9 as Python ints."""
+    def up(x: int) -> int:
+        return _cdiv(x, A) * A
+
+    offsets = []
+    for n in sizes:
+        pos = up(pos)
+        offsets.append(pos)
+        pos += int(n)
+    copy = offsets[-1] + int(sizes[-1]) if offsets else 0
+    return offsets, copy, up(copy)
 
 
 def arena_layout(nbytes, alignment, start=0) -> ArenaLayout:
@@ -224,18 +247,8 @@ def arena_layout(nbytes, alignment, start=0) -> ArenaLayout:
     last array, what a host-to-device copy must move; 0 for n = 0); total_bytes = align_up(copy_bytes,
     alignment) (the arena size). alignment: a power of two >= 1; start >= 0.
     """
-    sizes, A, pos = validate_arena_layout(nbytes, alignment, start)
-
-    def up(x: int) -> int:
-        return _cdiv(x, A) * A
-
-    offsets = []
-    for n in sizes:
-        pos = up(pos)
-        offsets.append(pos)
-        pos += int(n)
-    copy = offsets[-1] + int(sizes[-1]) if offsets else 0
-    return ArenaLayout(np.array(offsets, np.int64), np.array(copy, np.int64), np.array(up(copy), np.int64))
+    offsets, copy, total = _layout(*validate_arena_layout(nbytes, alignment, start))
+    return ArenaLayout(np.array(offsets, np.int64), np.array(copy, np.int64), np.array(total, np.int64))
 
 
 def pack_arena(arrays, alignment, start=0, fill=None, rng=None):
@@ -278,7 +291,7 @@ def slot_mapping_from_arena(arena, offsets, num_seqs, page_size) -> np.ndarray:
 def validate_slot_mapping_from_arena(arena, offsets, num_seqs, page_size):
     """Check `slot_mapping_from_arena`'s arguments (MD-10, MD-22); returns the four int32 views
     (qo_indptr, kv_indptr, kv_indices, kv_last_page_len) into the arena, in ARENA_ORDER."""
-    buf = np.asarray(arena)
+    buf = as_array("arena", arena)   # a ragged nested list: a TypeError naming arena, not NumPy's own
     require(buf.dtype == np.uint8 and buf.ndim == 1, f"arena must be a uint8[N] byte buffer, got "
                                                       f"{buf.dtype}{list(buf.shape)}")
     offs = int_input("offsets", offsets, 1, "[4]")
@@ -517,7 +530,11 @@ def _csr_attention_table(k_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page
     k = np.asarray(k_pages)
     require(k.ndim == 4, f"k_pages must have rank 4 [P, page_size, Hkv, D], got shape {tuple(k.shape)}")
     P = int(k.shape[1])
-    indptr, _, _, _ = validate_csr(kv_indptr, kv_indices, kv_last_page_len, P)
+    indptr, indices, _, _ = validate_csr(kv_indptr, kv_indices, kv_last_page_len, P)
+    # checked here, on the argument the caller gave, before MD-5's conversion turns it into a block table
+    # whose own check would name `page_indices`, an argument this op does not have
+    check_index_range("kv_indices", indices, 0, int(k.shape[0]),
+                      f" (page ids index k_pages' {int(k.shape[0])} pages, MD-2, MD-23)")
     qo = int_input("qo_indptr", qo_indptr, 1, "[S+1]")
     S = indptr.shape[0] - 1
     require(qo.shape[0] == S + 1, f"qo_indptr must have shape [S+1] = ({S + 1},) like kv_indptr, got {tuple(qo.shape)}")

@@ -125,8 +125,24 @@ def test_slot_mapping_from_arena_ignores_garbage(seed):
     np.testing.assert_array_equal(r.slot_mapping_from_arena(arena, offsets, 3, 4), a(9, 10, 20))
 
 
+def test_arena_layout_sizes_are_limited_by_the_i64_range_only():
+    """MD-8/MD-22: any size >= 0 whose layout fits the i64 offsets is legal (2**40 was refused by a rule
+    the spec did not state); a layout ending past 2**63 - 1 bytes is a ValueError naming nbytes."""
+    lay = r.arena_layout(np.array([2**40, 8], np.int64), 8)
+    np.testing.assert_array_equal(lay.offsets, [0, 2**40])
+    assert int(lay.copy_bytes) == 2**40 + 8 == int(lay.total_bytes)
+    top = np.iinfo(np.int64).max - 7                          # the largest multiple of 8 in range
+    assert int(r.arena_layout(np.array([top], np.int64), 8).total_bytes) == top
+    with pytest.raises(ValueError, match=r"^nbytes: the layout of these sizes .* past 2\*\*63 - 1"):
+        r.arena_layout(np.array([top + 1], np.int64), 8)      # rounds up past the range
+    with pytest.raises(ValueError, match=r"^nbytes: "):
+        r.arena_layout(np.array([2**62, 2**62], np.int64), 8)
+
+
 def test_slot_mapping_from_arena_errors():
     arena, offsets = r.pack_arena([a(0, 1), a(0, 1), a(0), a(1)], 16)
+    with pytest.raises(TypeError, match=r"^arena must be an array, got list"):   # not NumPy's own error
+        r.slot_mapping_from_arena([[0, 1], [2]], offsets, 1, 4)
     with pytest.raises(ValueError, match="offsets"):
         r.slot_mapping_from_arena(arena, offsets + 2, 1, 4)
     with pytest.raises(ValueError, match="offsets"):
@@ -236,6 +252,10 @@ def test_attention_csr_rejects_bad_csr():
         r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1), a(0, 1), a(1), a(3))
     with pytest.raises(ValueError, match="qo_indptr"):
         r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1, 1), a(0, 1), a(1), a(1))
+    # a page id past the pool names kv_indices, the argument given (it named page_indices[0,1], which this
+    # op does not have)
+    with pytest.raises(ValueError, match=r"^kv_indices\[1\]=5 is out of range \[0, 2\) \(page ids index k_pages"):
+        r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1), a(0, 2), a(0, 5), a(1))
 
 
 @pytest.mark.parametrize("op, args", [
