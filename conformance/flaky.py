@@ -8,8 +8,10 @@ plugin replays its final failing call `REPLAYS` times (the same inputs, after th
 a call-history case, judged by the same expectation) and a failure that does not fail every replay is
 `flaky`, with its rate ("failed 3 of 10 replays"). A `flaky` result is a failure for the exit code.
 
-Replays run only after a failure, so a passing run costs nothing. A replay that crashes counts as
-failed and ends the replays (each crash costs a worker restart, a hang its timeout).
+Replays run only after a failure, so a passing run costs nothing; a failure whose first `DECISIVE`
+replays all fail is reproducible and replays no more ("failed 3 of 3 replays": a deterministic bug, the
+common case, costs 3 calls, not 10). A replay that crashes counts as failed and ends the replays (each
+crash costs a worker restart, a hang its timeout).
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from typing import Any, Callable
 from .case import Case
 from .worker import BackendCrash, BackendDeclined, BackendError, BackendProtocolError, EngineError
 
-#: how often a failing call is replayed
+#: how often a failing call is replayed at most
 REPLAYS = 10
+#: replays that, all failing from the first, show the failure reproducible (the rest are not run)
+DECISIVE = 3
 
 
 @dataclass
@@ -70,8 +74,10 @@ def replay_fails(worker, replay: Replay, timeout: float | None) -> bool:
     return bool(replay.fails(result)) if replay.fails is not None else False
 
 
-def reproduction_rate(worker, replay: Replay, timeout: float | None, replays: int = REPLAYS) -> Rate:
-    """Replay the failing call `replays` times (stopping at a crash): how many of them failed."""
+def reproduction_rate(worker, replay: Replay, timeout: float | None, replays: int = REPLAYS,
+                      decisive: int = DECISIVE) -> Rate:
+    """Replay the failing call up to `replays` times: how many of them failed. Stops at a crash, and after
+    `decisive` replays that all failed (the failure reproduces: `failed == replays` in the Rate)."""
     failed = done = 0
     for _ in range(replays):
         done += 1
@@ -79,4 +85,6 @@ def reproduction_rate(worker, replay: Replay, timeout: float | None, replays: in
             failed += replay_fails(worker, replay, timeout)
         except BackendCrash:
             return Rate(failed + 1, done, crashed=True)
+        if failed == done == decisive:
+            break
     return Rate(failed, done)

@@ -176,6 +176,8 @@ class RunState:
     def close(self):
         for w, _ in self.workers.values():
             w.stop()
+            if getattr(w, "crash_output", None) is not None:
+                w.crash_output.discard()
         if self.out is not None and self.controller:
             interrupt.restore()
             outdir.unlock(self.out)

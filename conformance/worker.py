@@ -417,6 +417,9 @@ class Worker:
         return self.description
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        if self.crash_output is not None:   # an earlier crash's, nobody took it
+            self.crash_output.discard()
+            self.crash_output = None
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1

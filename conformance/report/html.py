@@ -12,7 +12,7 @@ import html
 import math
 
 from ..backend_text import visible
-from .build import FAILED, STATUS_ORDER, cell_status
+from .build import LISTED, STATUS_ORDER, cell_status
 
 COLOR = {"pass": "#2e7d32", "fail": "#c62828", "crash": "#6a1b9a", "flaky": "#ad1457", "error": "#c62828",
          "xfail": "#f9a825",
@@ -184,7 +184,7 @@ def _profile_plot(field: dict) -> str:
 
 
 def _failures(report: dict) -> str:
-    bad = [r for r in report["results"] if r["status"] in FAILED + ("xfail",)]
+    bad = [r for r in report["results"] if r["status"] in LISTED + ("xfail",)]
     if not bad:
         return "<p>No failures.</p>"
     out = []

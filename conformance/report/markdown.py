@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 
 from ..backend_text import visible
-from .build import FAILED, STATUS_ORDER, cell_status
+from .build import LISTED, STATUS_ORDER, cell_status
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "flaky": "🎲", "error": "❌", "xfail": "🟡", "xpass": "⚠️",
         "unsupported": "—", "unclaimed-pass": "➕", "skip": "·"}
@@ -56,7 +56,7 @@ def render(report: dict) -> str:
     if report.get("layers"):
         lines += ["", "## Backends × test layers", "", "| backend | layer | result |", "|---|---|---|"]
         lines += [_row(c["backend"], c["layer"], _cell(c["counts"])) for c in report["layers"]]
-    bad = [r for r in report["results"] if r["status"] in FAILED]
+    bad = [r for r in report["results"] if r["status"] in LISTED]
     if bad:
         lines += ["", "## Failures", ""]
         for r in bad:

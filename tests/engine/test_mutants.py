@@ -57,7 +57,7 @@ def test_mutant_is_caught_on_its_op_and_clause(cli, tmp_path, m):
     chosen = [r for r in right if m.replay_from in r["id"]] if m.replay_from else right
     assert chosen, f"no failing test id contains {m.replay_from!r}"
     repro = chosen[0]["repro"]
-    assert cli("replay", repro).returncode == 1
+    assert cli("replay", repro, "--backend", chosen[0]["backend_spec"]).returncode == 1
     assert cli("replay", repro, "--backend", "numpy").returncode == 0
 
 
