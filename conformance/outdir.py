@@ -178,8 +178,11 @@ def _shown(value) -> str:
 def started_run(out: Path, meta: dict, resume: bool) -> dict:
     """Write run.json at the start of a run: `meta` (profile, backends, expectations, shard, seed,
     options) with status "running"; a resumed run keeps the saved options and its start. Returns it."""
-    run = dict(read_run(out) or {}) if resume else {}
-    run.update(meta if not resume else {k: v for k, v in meta.items() if k not in ("options", "expectations")})
+    saved = read_run(out) if resume else None
+    if saved is None or not isinstance(saved.get("options"), dict):   # a new run, or nothing to keep
+        run = dict(meta)
+    else:   # the resumed run's options stay (they were restored from here); the shard is this one's
+        run = dict(saved, shard=meta.get("shard"))
     run.setdefault("started", _now())
     run.update(status="running", stopped=None, finished=None)
     if resume:
@@ -189,7 +192,8 @@ def started_run(out: Path, meta: dict, resume: bool) -> dict:
 
 
 def finished_run(out: Path, run: dict, stopped: str | None, status: str) -> dict:
-    """run.json at the end: `status` "complete", "interrupted" or "cut short", `stopped` the reason.
+    """run.json at the end: `status` "complete", "interrupted" (a signal), "cut short" (a write failed) or
+    "stopped" (-x, --maxfail), `stopped` the reason.
     Returns the dict even when it cannot be written (a full disk): the reports still say it."""
     run = dict(run, status=status, stopped=stopped, finished=_now())
     try:

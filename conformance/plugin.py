@@ -425,7 +425,7 @@ def _count_crash(state, harness, status: str, message: str) -> None:
     key = (harness.backend_spec, harness.op)
     if status == "crash" and NOT_RUN not in message:
         state.crash_streak[key] = state.crash_streak.get(key, 0) + 1
-    elif status in ("pass", "fail", "xfail", "xpass", "unclaimed-pass"):
+    elif status in ("pass", "fail", "flaky", "xfail", "xpass", "unclaimed-pass"):
         state.crash_streak[key] = 0
 
 
@@ -506,10 +506,13 @@ def pytest_sessionfinish(session, exitstatus):
         return
     from .report import build
     stop = interrupt.STOP
-    if stop.signal is None and exitstatus == pytest.ExitCode.INTERRUPTED and not stop.write_error:
-        stop.signal = "SIGINT"   # a KeyboardInterrupt that did not come through our handler
+    reason = stop.reason()
     status = "interrupted" if stop.signal else "cut short" if stop.write_error else "complete"
-    run = outdir.finished_run(state.out, state.run, stop.reason(), status)
+    early = session.shouldfail or session.shouldstop
+    if status == "complete" and (early or exitstatus == pytest.ExitCode.INTERRUPTED):
+        # stopped early otherwise: -x / --maxfail, a worker's own KeyboardInterrupt
+        status, reason = "stopped", f"stopped early ({early or 'interrupted'})"
+    run = outdir.finished_run(state.out, state.run, reason, status)
     try:
         build.write_all(state.out, run=run)
     except OSError as exc:   # a full disk: results.jsonl has the results; `kvconform report DIR` rebuilds

@@ -279,4 +279,7 @@ def merge(reports: list[dict]) -> dict:
     run = {"profile": "+".join(sorted(p for p in profiles if p)) or None, "seed": reports[0].get("seed"),
            "shard": "merged " + ", ".join(str(r.get("shard")) for r in reports),
            "expectations": list(entries.values())}
-    return assemble(list(results.values()), backends=backends, run=run)
+    merged = assemble(list(results.values()), backends=backends, run=run)
+    partial = [f"shard {r.get('shard')}: {r['partial']}" for r in reports if r.get("partial")]
+    merged["partial"] = "; ".join(partial) or None   # a partial shard leaves the whole partial
+    return merged

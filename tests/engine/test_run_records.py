@@ -389,3 +389,14 @@ def test_the_plugin_route_owns_its_folder_and_records_flaky(tmp_path):
     assert (out / "notes.txt").exists() and not (out / "repro" / "old-1").exists()
     assert [json.loads(p.read_text())["name"] for p in (out / "backends").iterdir()] == ["wrong-every-third"]
     assert "FLAKY wrong-every-third" in proc.stdout
+
+
+def test_a_merge_of_a_partial_shard_is_partial():
+    from kvconform.conformance.report import build
+    record = {"id": "t::a", "status": "pass", "backend": "numpy", "op": "write_kv", "layer": "golden"}
+    whole = build.assemble([record], backends={}, run={"shard": "1/2", "status": "complete"})
+    cut = build.assemble([dict(record, id="t::b")], backends={},
+                         run={"shard": "2/2", "status": "interrupted", "stopped": "interrupted by SIGTERM"})
+    assert whole["partial"] is None and cut["partial"].startswith("interrupted by SIGTERM: 1 results recorded")
+    assert build.merge([whole, cut])["partial"].startswith("shard 2/2: interrupted by SIGTERM")
+    assert build.merge([whole, whole])["partial"] is None
