@@ -4,7 +4,7 @@ results.jsonl whose last line a kill cut short, and files written whole or not a
 
 kvconform's own files in a folder: results.jsonl, run.json, report.json, report.md, report.html,
 junit.xml, backends/*.json (the backends' descriptions), repro/<id>/ (a reproducer: a directory holding a
-kvconform case.json), the lock `.kvconform.lock` and a half-written `.<name>.kvconform-tmp`. A new run
+kvconform case.json), the lock `.kvconform.lock` and a half-written `.<name>.<pid>.kvconform-tmp`. A new run
 (without resume) deletes these and nothing else: a user's files in the folder, and Hypothesis's example
 database `hypothesis-db/` (the thorough profile's; it only makes a run retry examples that failed before,
 and never changes a verdict), stay.
@@ -82,7 +82,7 @@ def clear(out: Path) -> None:
     try:
         for name in OWNED_FILES:
             _unlink(out / name)
-        for path in out.glob(f".*{TMP_SUFFIX}"):
+        for path in [*out.glob(f".*{TMP_SUFFIX}"), *out.glob(f"backends/.*{TMP_SUFFIX}")]:
             _unlink(path)
         described = out / "backends"
         if described.is_dir():
@@ -236,7 +236,8 @@ def write_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` whole or not at all (a full disk leaves the earlier file, never a truncated
     one): written beside it, then renamed over it. Raises OSError (the half-written file is removed)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
+    # this process's own: the xdist processes of one run write the same backend description at once
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         with open(tmp, "w") as fh:
             fh.write(text)

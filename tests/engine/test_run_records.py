@@ -215,7 +215,7 @@ def test_a_torn_last_line_is_dropped_and_a_whole_one_gets_its_newline(tmp_path):
 
 def test_a_new_run_clears_only_kvconforms_own_files(tmp_path):
     from kvconform.conformance import case as case_io
-    for name in (*outdir.OWNED_FILES, "notes.txt", ".report.json.kvconform-tmp"):
+    for name in (*outdir.OWNED_FILES, "notes.txt", ".report.json.123.kvconform-tmp"):
         (tmp_path / name).write_text("{}")
     (tmp_path / "backends").mkdir()
     (tmp_path / "backends" / "old.json").write_text('{"spec": "old:make", "name": "old"}')
@@ -226,6 +226,18 @@ def test_a_new_run_clears_only_kvconforms_own_files(tmp_path):
     outdir.clear(tmp_path)
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert left == ["backends", "backends/mine.json", "hypothesis-db", "notes.txt", "repro", "repro/mine"]
+
+
+def test_processes_writing_one_file_at_once_never_fail(tmp_path):
+    """The xdist processes of one run write the same backend description at once: each whole, none
+    failing (one shared temporary name made one process's rename fail, which stopped the run)."""
+    code = ("import sys; from pathlib import Path; from kvconform.conformance.outdir import write_atomic\n"
+            "for i in range(300): write_atomic(Path(sys.argv[1]), 'x' * 4096)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "same.json")], stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    assert (tmp_path / "same.json").read_text() == "x" * 4096 and [p.name for p in tmp_path.iterdir()] == ["same.json"]
 
 
 def test_resume_options_come_from_run_json_and_a_different_one_is_refused(tmp_path):
