@@ -15,6 +15,7 @@ crash costs a worker restart, a hang its timeout).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -44,13 +45,15 @@ class Rate:
     failed: int
     replays: int
     crashed: bool = False
+    seconds: float = 0.0   # what the replays took (a failure's cost, in its record)
 
     def text(self) -> str:
         end = ", the last one crashed" if self.crashed else ""
         return f"failed {self.failed} of {self.replays} replays{end}"
 
     def to_json(self) -> dict:
-        return {"failed": self.failed, "replays": self.replays, "crashed": self.crashed}
+        return {"failed": self.failed, "replays": self.replays, "crashed": self.crashed,
+                "seconds": round(self.seconds, 3)}
 
 
 def replay_fails(worker, replay: Replay, timeout: float | None) -> bool:
@@ -79,12 +82,13 @@ def reproduction_rate(worker, replay: Replay, timeout: float | None, replays: in
     """Replay the failing call up to `replays` times: how many of them failed. Stops at a crash, and after
     `decisive` replays that all failed (the failure reproduces: `failed == replays` in the Rate)."""
     failed = done = 0
+    started = time.perf_counter()
     for _ in range(replays):
         done += 1
         try:
             failed += replay_fails(worker, replay, timeout)
         except BackendCrash:
-            return Rate(failed + 1, done, crashed=True)
+            return Rate(failed + 1, done, crashed=True, seconds=time.perf_counter() - started)
         if failed == done == decisive:
             break
-    return Rate(failed, done)
+    return Rate(failed, done, seconds=time.perf_counter() - started)

@@ -113,7 +113,7 @@ def test_hostile_backends_leave_bounded_escaped_records_and_flaky_is_its_own_sta
 
     # flaky: its own status, with the rate of replays of the failing call, in every report
     third = records["wrong_every_third", "test_one_call"]
-    assert third["status"] == "flaky" and third["replays"] == {"failed": 3, "replays": 10, "crashed": False}
+    assert third["status"] == "flaky" and (third["replays"]["failed"], third["replays"]["replays"]) == (3, 10)
     assert third["message"].splitlines()[1].strip() == "flaky: failed 3 of 10 replays of this counterexample"
     once = records["wrong_once", "test_drawn"]   # Hypothesis: "unreliable results"
     assert once["status"] == "flaky" and "Hypothesis: unreliable results" in once["message"], once["message"]
