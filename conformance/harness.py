@@ -39,6 +39,7 @@ from . import backend_text, profiles, tolerance
 from .case import Case
 from .compare import FieldResult, compare_field
 from .flaky import Replay
+from .protocol import structure_problem
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
 from .timing import PhaseClock
 from .worker import ALIAS, BackendCrash, BackendDeclined, BackendError, BackendProtocolError, exception_line
@@ -102,9 +103,9 @@ def compare_outputs(case: Case, expected: Any, actual: Any, *, exact: bool = Fal
     numerics clause (e.g. NU-RO6)."""
     exp, act = as_fields(expected), as_fields(actual)
     results = []
-    if set(act) != set(exp) and len(act) != len(exp):
-        return [FieldResult("result", False, "structure",
-                            problem=f"returned fields {sorted(act)}, the reference returns {sorted(exp)}")]
+    problem = structure_problem(act, exp)
+    if problem is not None:
+        return [FieldResult("result", False, "structure", problem=problem)]
     if set(act) != set(exp):  # same arity, other names: match by position
         act = dict(zip(exp, act.values()))
     for name, (tol, mask) in (checks or checks_for(case.op))(case, exp, act).items():
@@ -451,6 +452,8 @@ class Harness:
         if bad:
             def fails(result) -> bool:
                 return any(not r.ok for r in compare_outputs(case, expected, result, exact=exact, checks=checks))
+            if bad[0].kind == "structure":   # nothing was compared: the fields do not match (protocol.py)
+                self._fail(case, [], bad[0].problem, replay=Replay(case, tuple(self._before), fails))
             self._fail(case, bad, f"differs from the {what}", replay=Replay(case, tuple(self._before), fails))
 
     def _note(self, case: Case) -> None:
