@@ -200,10 +200,6 @@ def required_out_precision(case: Case) -> str:
     return dtypes.dtype_name(np.asarray(case.inputs["k_pages"]).dtype)
 
 
-def _unit_roundoff(name: str) -> float:
-    return tolerance.eps(name) / 2 if tolerance.eps(name) else 2.0 ** -53
-
-
 def _class_u(case: Case, expected, actual, extra_per_m: np.ndarray | float, reason: str):
     """Class U with a per-element allowance: rotated elements get ulp_O(ref) + extra * m, copied ones
     nothing (class E on values, NU-RO1). The ulp term is folded into atol so that it is zero on copies."""
@@ -222,23 +218,25 @@ def exact_identity(case: Case) -> bool:
 
 
 def rotate_checks(case: Case, expected: dict, actual: dict) -> dict:
-    """rotate_keys: class U of NU-RO2 on rotated pairs, `ulp_O(ref) + 4 u m`; copies exact.
-    Identities that NU-RO1 declares bitwise (broadcast, permutation, heads) compare exactly."""
+    """rotate_keys: class U of NU-RO2 on rotated pairs, `ulp_O(ref) + 4 u_c m` (u_c: the arithmetic's unit
+    roundoff, float32 at most, tolerance.u_compute); copies exact. Identities that NU-RO1 declares bitwise
+    (broadcast, permutation, heads) compare exactly."""
     if exact_identity(case):
         _, comparable, _ = rotation_regions(case)
         return {"out": (tolerance.exact(f"class E: {case.params['exact_identity']} (NU-RO1)"), comparable)}
-    u = _unit_roundoff(required_out_precision(case))
+    u = tolerance.u_compute(required_out_precision(case))
     tol, mask = _class_u(case, expected["out"], actual.get("out"), 4.0 * u,
-                         "class U (NU-RO2): ulp_O(ref) + 4 u m, m = max(|x|,|y|) of the pair")
+                         "class U (NU-RO2): ulp_O(ref) + 4 u_c m, m = max(|x|,|y|) of the pair, u_c = "
+                         "min(u_O, 2^-24)")
     return {"out": (tol, mask)}
 
 
 def shift_checks(case: Case, expected: dict, actual: dict) -> dict:
-    """shift_keys: class U of NU-RO3 on rotated pairs, `ulp_O(ref) + m (6u + 3u |delta|)`; copies exact."""
+    """shift_keys: class U of NU-RO3 on rotated pairs, `ulp_O(ref) + m (6 u_c + 3 u_c |delta|)`; copies exact."""
     if exact_identity(case):
         _, comparable, _ = rotation_regions(case)
         return {"out": (tolerance.exact(f"class E: {case.params['exact_identity']} (NU-RO1)"), comparable)}
-    u = _unit_roundoff(required_out_precision(case))
+    u = tolerance.u_compute(required_out_precision(case))
     x = case.inputs
     k_shape = np.asarray(x["k_pages"]).shape
     per_token = np.zeros(k_shape[:2])
@@ -247,8 +245,8 @@ def shift_checks(case: Case, expected: dict, actual: dict) -> dict:
     per_token[idx] = np.broadcast_to(d, (idx.shape[0], k_shape[1]))
     extra = 6.0 * u + 3.0 * u * per_token[:, :, None, None]
     tol, mask = _class_u(case, expected["out"], actual.get("out"), extra,
-                         "class U (NU-RO3): ulp_O(ref) + m (6u + 3u |delta|), angle formed in the output "
-                         "precision")
+                         "class U (NU-RO3): ulp_O(ref) + m (6 u_c + 3 u_c |delta|), u_c = min(u_O, 2^-24): "
+                         "angle formed in float32 or wider")
     return {"out": (tol, mask)}
 
 
