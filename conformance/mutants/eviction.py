@@ -68,7 +68,7 @@ SELECTION_TILE = 128
 @mutant(op="plan_eviction", clause="EV-10",
         description="each evictable block ranked only against the first 128 candidates (a selection kernel whose "
                     "compare loop never leaves its first tile): past 128 evictable blocks the wrong blocks go",
-        only_caught_by="long", max_size=400)
+        only_caught_by="long", max_size=1200)
 class SelectionRanksFirstTile(Mutant):
     def plan_eviction(self, block_table, acc, counts, config):
         reference.plan_eviction(block_table, acc, counts, config)   # EV-17 as given

@@ -148,8 +148,9 @@ class CsrLastPageTakenFull(Mutant):
 
 @mutant(op="append_slot_mapping", clause="MD-7",
         description="a sequence's page list staged in a 64-entry buffer: logical page p // P is read at "
-                    "(p // P) % 64, so a new token past the 64th page is written into an earlier page's slot",
-        only_caught_by="long")
+                    "(p // P) % 64, so a new token past the 64th page is written into an earlier page's slot "
+                    "(the reach columns cross 64 pages: long with 130-page sequences, range to reach int32 lengths)",
+        only_caught_by="_reach", max_size=700)
 class PageListStagedIn64(Mutant):
     def append_slot_mapping(self, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size):
         reference.append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)   # MD-22
