@@ -531,6 +531,12 @@ def attention_csr_checks(case: Case, expected: dict, actual: dict) -> dict:
     return pa.attention_checks(shadow, expected, actual)
 
 
+def golden_requirements(case: Case) -> dict:
+    """What a metadata case's inputs use, in the words of a golden table's `requires`: the page size where
+    the op takes one (the metadata ops have no feature or dtype claims)."""
+    return {"page_size": int(case.inputs["page_size"])} if "page_size" in case.inputs else {}
+
+
 # --- comparison contract (spec/numerics.md: class E) ------------------------------------------------
 
 def exact_checks(case: Case, expected: dict, actual: dict) -> dict:

@@ -299,6 +299,24 @@ def shift_keys_cases(draw, claims: OpClaims, variant: Variant):
                 poison=p["poison"])
 
 
+def golden_requirements(case: Case) -> dict:
+    """What a rotation case's inputs use, in the words of a golden table's `requires`: the claimed features
+    it needs (deltas [n, 1] or [n, page_size], rotary_dim < D, a negative shift), the LUT dtype (`dtype`;
+    None for shift_keys), the cache dtype, page size, head dim and layout."""
+    x = case.inputs
+    k = np.asarray(x["k_pages"])
+    deltas = np.asarray(x["rotation_deltas" if case.op == "rotate_keys" else "position_deltas"])
+    features = {"per_token_deltas" if deltas.shape[1] > 1 else "per_block_deltas"}
+    if (x.get("rotary_dim") or k.shape[-1]) < k.shape[-1]:
+        features.add("partial_rotary")
+    if case.op == "shift_keys" and (deltas < 0).any():
+        features.add("negative_deltas")
+    return dict(features=tuple(sorted(features)),
+                dtype=dtypes.dtype_name(np.asarray(x["trig_lut"]).dtype) if case.op == "rotate_keys" else None,
+                kv_dtype=dtypes.dtype_name(k.dtype), page_size=int(k.shape[1]), head_dim=int(k.shape[-1]),
+                layout=x.get("layout", "half"))
+
+
 # --- comparison contract (spec/numerics.md, "Rotation") -------------------------------------------
 
 def pair_dims(layout: str, rotary_dim: int) -> tuple[np.ndarray, np.ndarray]:
