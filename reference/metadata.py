@@ -360,7 +360,7 @@ def _validate_state(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks,
     require(indptr[0] == 0 and np.all(np.diff(indptr) >= 0) and indptr[-1] == indices.shape[0],
             "kv_indptr must start at 0, be non-decreasing and end at len(kv_indices) (MD-2)")
     check_index_range("kv_indices", indices, 0, refs.shape[0], " (page ids of the pool, MD-11)")
-    check_index_range("seq_lens", lens, 0, 2**31 - 1)
+    check_index_range("seq_lens", lens, 0, 2**31, " (int32 lengths)")
     pages = np.diff(indptr)
     for i in range(S):
         require(pages[i] == _cdiv(int(lens[i]), P), f"seq_lens[{i}]={int(lens[i])} needs "
