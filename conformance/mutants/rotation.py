@@ -67,8 +67,8 @@ class ReturnsInputWhenIdle(Mutant):
 @mutant(op="rotate_keys", clause="RO-13",
         description="LUT rows read through a fixed 4-row table: rows past 3 are clamped to 3, so a block behind "
                     "4+ evicted blocks is moved back by 3 blocks (the OpenVINO reference clamps the row to the "
-                    "LUT size); short deltas, all that a single call's test draws, stay right",
-        only_caught_by="evict_rotate_attend")
+                    "LUT size); the short rows of the base columns stay right: caught by the evict -> rotate -> "
+                    "attend machine (RO-13) and by the reach columns' far rows")
 class LutRowsClampedToFour(Mutant):
     def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw):
         # validated as given first: an out-of-range row must still be rejected (RO-12)

@@ -98,7 +98,7 @@ def accumulate_cases(draw, claims: OpClaims, reach: str = ""):
     inputs = dict(acc=acc, counts=counts, step_scores=step)
     params = dict(dtype=dtype, kv_dtype="float64", tokens=int(step.shape[0]), new_tokens=new)
     if reach:
-        params["variant"] = reach
+        params.update(variant=reach, reach=reach)
     return Case("accumulate_scores", inputs, params, seed)
 
 
@@ -208,7 +208,8 @@ def reach_plan_cases(draw, claims: OpClaims, reach: str):
     inputs = dict(block_table=table, acc=acc, counts=counts.astype(np.int32), config=config)
     params = dict(dtype="float64", kv_dtype="int32", tokens=L, block_size=B, start_size=config.start_size,
                   recent_size=config.recent_size, max_cache_size=config.max_cache_size,
-                  aggregation=aggregation, ties=int(num_blocks - np.unique(source).size), variant=reach)
+                  aggregation=aggregation, ties=int(num_blocks - np.unique(source).size), variant=reach,
+                  reach=reach)
     return Case("plan_eviction", inputs, params, seed)
 
 

@@ -232,7 +232,7 @@ def reach_page_tables(draw, claims: OpClaims, reach: str, *, slots: bool = False
 
 
 def _reach_params(reach: str, P: int, S: int, **extra) -> dict:
-    return dict(dtype="int32", kv_dtype="int32", page_size=P, num_seqs=S, variant=reach, **extra)
+    return dict(dtype="int32", kv_dtype="int32", page_size=P, num_seqs=S, variant=reach, reach=reach, **extra)
 
 
 @st.composite
@@ -312,7 +312,8 @@ def reach_arena_layout_cases(draw, claims: OpClaims, reach: str):
         A = draw(sampled_from((1 << 16, 16, 1 << 31)))
         start = draw(sampled_from((0, (1 << 31) - 1, 1 << 40)))
     return Case("arena_layout", dict(nbytes=nbytes.astype(np.int64), alignment=A, start=start),
-                dict(dtype="int64", kv_dtype="int64", arrays=n, alignment=A, start=start, tokens=0, variant=reach))
+                dict(dtype="int64", kv_dtype="int64", arrays=n, alignment=A, start=start, tokens=0, variant=reach,
+                     reach=reach))
 
 
 @st.composite

@@ -210,7 +210,8 @@ def _options(p: dict) -> dict:
 def _params(p: dict, variant: Variant, **extra) -> dict:
     return dict(kv_dtype=p["kv_dtype"], page_size=p["page_size"], head_dim=p["head_dim"], hkv=p["hkv"],
                 layout=p["layout"], rotary_dim=p["rotary_dim"] or p["head_dim"], blocks=p["n"],
-                tokens=p["n"] * p["page_size"], variant=variant.name, **extra)
+                tokens=p["n"] * p["page_size"], variant=variant.name,
+                **({"reach": variant.reach} if variant.reach else {}), **extra)
 
 
 def llama3_lut(num_rows: int, rotary_dim: int, *, theta: float, block_size: int, factor: float = 8.0,
