@@ -80,15 +80,3 @@ class SelectionRanksFirstTile(Mutant):
         tile = cand[:SELECTION_TILE]
         rank = np.array([np.sum((beta[tile] < beta[i]) | ((beta[tile] == beta[i]) & (tile < i))) for i in cand])
         return _plan_for(cand[rank < k], block_table, acc, counts, B)
-
-
-@mutant(op="plan_eviction", clause="EV-13",
-        description="physical page ids carried through a float32 buffer (pages sorted along with their float "
-                    "scores): ids past 2^24 are rounded to a neighbouring page",
-        only_caught_by="range")
-class PagesThroughFloat32(Mutant):
-    def plan_eviction(self, block_table, acc, counts, config):
-        plan = reference.plan_eviction(block_table, acc, counts, config)
-        as_f32 = lambda a: np.asarray(a).astype(np.float32).astype(np.int64).astype(np.int32)   # noqa: E731
-        return plan._replace(block_table=as_f32(plan.block_table),
-                             rotated_block_indices=as_f32(plan.rotated_block_indices))
