@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 I32 = np.int32
+_INT32_MAX = 2 ** 31 - 1
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -81,7 +82,7 @@ def validate_csr(kv_indptr, kv_indices, kv_last_page_len, page_size):
     require(indptr[-1] == indices.shape[0],
             f"kv_indptr[S] must equal len(kv_indices) (MD-2): kv_indptr[{S}]={int(indptr[-1])}, "
             f"len(kv_indices)={indices.shape[0]}")
-    check_index_range("kv_indices", indices, 0, np.iinfo(np.int32).max, " (page ids are >= 0, MD-2)")
+    check_index_range("kv_indices", indices, 0, np.iinfo(np.int32).max + 1, " (page ids are int32 >= 0, MD-2)")
     for i in range(S):
         if steps[i] == 0:
             require(last[i] == 0, f"kv_last_page_len[{i}] must be 0 for a sequence with no pages (MD-4), "
@@ -111,7 +112,7 @@ def validate_block_table_to_csr(page_indices, kv_lens, num_seqs, page_size):
     check_index_range("kv_lens", lens, 0, table.shape[1] * P + 1,
                       f" (at most pages_per_seq * page_size = {table.shape[1] * P})")
     for i in range(S):
-        check_index_range("page_indices", table[i, :_cdiv(int(lens[i]), P)], 0, np.iinfo(np.int32).max,
+        check_index_range("page_indices", table[i, :_cdiv(int(lens[i]), P)], 0, np.iinfo(np.int32).max + 1,
                           " (owned pages are >= 0)")
     return table, lens, S, P
 
@@ -177,6 +178,13 @@ def validate_append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_
     for i in range(S):
         require(0 <= q_lens[i] <= kv_lens[i], f"qo_indptr: sequence {i} has q_len={int(q_lens[i])} outside "
                                               f"[0, kv_len={int(kv_lens[i])}] (MD-7)")
+        if q_lens[i]:      # MD-7: every slot written is an int32
+            first, last_pos = int(kv_lens[i] - q_lens[i]), int(kv_lens[i] - 1)
+            pages = indices[indptr[i] + first // P:indptr[i] + last_pos // P + 1]
+            top = max(int(pages[:-1].max()) * P + P - 1 if pages.shape[0] > 1 else -1,
+                      int(pages[-1]) * P + last_pos % P)
+            require(top <= _INT32_MAX, f"kv_indices: sequence {i} writes slot {top} = page * page_size + offset, "
+                                       f"past int32 (MD-7)")
     return qo, indptr, indices, last, P
 
 
@@ -365,7 +373,7 @@ def _validate_state(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks,
     require(indptr[0] == 0 and np.all(np.diff(indptr) >= 0) and indptr[-1] == indices.shape[0],
             "kv_indptr must start at 0, be non-decreasing and end at len(kv_indices) (MD-2)")
     check_index_range("kv_indices", indices, 0, refs.shape[0], " (page ids of the pool, MD-11)")
-    check_index_range("seq_lens", lens, 0, 2**31 - 1)
+    check_index_range("seq_lens", lens, 0, 2**31, " (int32 lengths)")
     pages = np.diff(indptr)
     for i in range(S):
         require(pages[i] == _cdiv(int(lens[i]), P), f"seq_lens[{i}]={int(lens[i])} needs "
@@ -443,11 +451,14 @@ def page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks,
         ids.append(seq); lens.append(0); tables.append([]); sks.append(0); wns.append(0)
     elif command == "append":                                                   # MD-14
         i = where(seq, "seq")
+        require(lens[i] + n <= _INT32_MAX, f"n={n}: sequence {seq} of length {lens[i]} would pass int32 (MD-14)")
         for _ in range(n):
             p = lens[i]
             if p % P == 0:
                 tables[i].append(alloc())
             slots.append(tables[i][p // P] * P + p % P)
+            require(slots[-1] <= _INT32_MAX, f"page_size={P}: the slot {slots[-1]} of page {tables[i][p // P]} is "
+                                             f"past int32 (MD-14)")
             lens[i] += 1
         trim(i)
     elif command == "fork":                                                     # MD-15, MD-16, MD-21

@@ -271,3 +271,39 @@ def test_validators_raise_what_the_op_raises(op, args):
     with pytest.raises(ValueError) as from_validator:
         getattr(r, f"validate_{op}")(*args)
     assert str(from_op.value) == str(from_validator.value)
+
+
+# --- int32 limits (spec/metadata.md "Reach") -----------------------------------------------------------
+
+INT32_MAX = 2 ** 31 - 1
+
+
+def test_page_id_int32_max_is_a_page_MD2():
+    """2^31 - 1 is an int32 >= 0: a valid page id (the validators rejected it by an off-by-one)."""
+    csr = r.block_table_to_csr(np.array([[INT32_MAX, 5]], I32), a(3), 1, 2)
+    _eq(csr.kv_indices, INT32_MAX, 5)
+    _eq(r.csr_to_block_table(*csr, 2, 2).page_indices, INT32_MAX, 5)
+
+
+def test_append_slots_reach_int32_max_and_no_further_MD7():
+    P = 1 << 24
+    last_page = (INT32_MAX - P + 1) // P                  # its last slot is INT32_MAX
+    slots = r.append_slot_mapping(a(0, 1), a(0, 1), a(last_page), a(P), P)
+    _eq(slots, INT32_MAX)
+    with pytest.raises(ValueError, match="kv_indices.*past int32"):
+        r.append_slot_mapping(a(0, 1), a(0, 1), a(last_page + 1), a(1), P)   # slot 2^31: an error, not a wrap
+
+
+def test_manager_append_past_int32_is_an_error_MD14():
+    m = Pt(16, 1 << 27)                                    # 16 pages of 2^27: the last slot is INT32_MAX
+    m("add", INT32_MAX)
+    out = m("append", INT32_MAX, n=3)
+    _eq(out.slots, 0, 1, 2)
+    m.state["seq_lens"] = np.array([INT32_MAX - 1], I32)  # a length the pages hold: 16 pages
+    m.state["kv_indptr"] = a(0, 16)
+    m.state["kv_indices"] = np.arange(16, dtype=I32)
+    m.state["ref_counts"] = np.ones(16, I32)
+    out = m("append", INT32_MAX, n=1)                     # position 2^31 - 2: length INT32_MAX
+    _eq(out.slots, INT32_MAX - 1)
+    with pytest.raises(ValueError, match="n=1.*int32"):
+        m("append", INT32_MAX, n=1)
