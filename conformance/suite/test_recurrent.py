@@ -4,9 +4,11 @@
 Layers: hand-worked golden cases (the arithmetic is written next to each), Hypothesis differential tests
 against the reference (one per features-matrix column), and oracle-free properties run through the
 backend only: chunked == token by token (RS-18), no leakage between batch rows (RS-7), split prefill
-carrying state == one call (RS-12, RS-18, RS-20). The `long` column of the SSD and RWKV6 differential
-tests and the `_long` properties draw sequences that cross kernel chunk / window ends (8, 16, 64 tokens),
-which the 4-token cases of the rest never reach (see strategies/recurrent.py). Error inputs: slot
+carrying state == one call (RS-12, RS-18, RS-20). The `long` column of every differential test reaches
+the sizes where kernels switch path (decode batches of hundreds of rows, 257+ channels, state sizes past
+128, hundreds to thousands of tokens under chunk hints up to 256, real head dims) and its `edges` tier, as
+the `_long` properties, the chunk / window ends of 8, 16 and 64 tokens; the `range` column the values at
+the thresholds the spec pins (strategies/recurrent_reach.py, spec/recurrent.md section 6). Error inputs: slot
 addressing (RS-2, RS-4), pool dtypes (RS-6) and the argument rules of each kernel, broken alone, are
 rejected with the reference's ValueError/TypeError naming the argument. The store (RS-21 … RS-27) is the
 op `recurrent_store_step`, checked in test_recurrent_store.py; the conv layouts (RS-13) are reference
@@ -52,8 +54,9 @@ def _differential(kvc, op, variant):
     snapshots = ("NU-R4",) if "snapshots" in variant.features else ()
     kvc.cite(*dict.fromkeys(base.clauses + variant.clauses + NUMERICS + snapshots))
     claims = kvc.claims(features=variant.features)
-    # The long column (sequences across kernel chunk / window ends) costs more per example.
-    kvc.for_all(rs.STRATEGIES[op](claims, variant), kvc.check, budget=rs.LONG_BUDGET if variant.long else 1.0)
+    # The reach columns cost more per example: each tier of `long` and the `range` column run fewer.
+    for kw, budget in rs.column_runs(op, variant):
+        kvc.for_all(rs.STRATEGIES[op](claims, variant, **kw), kvc.check, budget=budget)
 
 
 @conformance_test(op="causal_conv1d_update", layer="differential", clauses=_clauses(rs.CONV_VARIANTS))
@@ -371,7 +374,7 @@ def test_ssd_chunked_equals_token_by_token_long(kvc):
     one chunk into the next is the token-by-token state. One SSU call per token: few examples."""
     ssu = kvc.claims("selective_state_update", features=("mamba2",))
     claims = kvc.claims()
-    _chunked_vs_token_by_token(kvc, _ssd_two_chunks(_both(claims, ssu), rs.SSD_VARIANTS[-1],
+    _chunked_vs_token_by_token(kvc, _ssd_two_chunks(_both(claims, ssu), rs.column("ssd_chunked_scan", "long"),
                                                     rs.LONG_CHUNK_SIZES + (64,), max_seqs=1), budget=0.12)
 
 
@@ -526,8 +529,8 @@ test_ssd_chunked_scan_split_calls = _split_test("ssd_chunked_scan", "RS-18", rs.
 test_rwkv6_split_calls = _split_test("rwkv6_wkv", "RS-20", rs.RWKV_VARIANTS[0])
 # Long columns: sequences across kernel chunk / window ends, cut anywhere (a cut off a chunk end makes
 # the second call's chunks start mid-way through the first call's tiling).
-test_ssd_chunked_scan_split_calls_long = _split_test("ssd_chunked_scan", "RS-18", rs.SSD_VARIANTS[-1], 0.12)
-test_rwkv6_split_calls_long = _split_test("rwkv6_wkv", "RS-20", rs.RWKV_VARIANTS[-1], 0.12)
+test_ssd_chunked_scan_split_calls_long = _split_test("ssd_chunked_scan", "RS-18", rs.column("ssd_chunked_scan", "long"), 0.12)
+test_rwkv6_split_calls_long = _split_test("rwkv6_wkv", "RS-20", rs.column("rwkv6_wkv", "long"), 0.12)
 
 
 # --- errors: malformed input is rejected (RS-2, RS-4, RS-6, RS-10, RS-14 … RS-20) -----------------

@@ -48,7 +48,8 @@ def _differential(kvc, op, variant):
     base = gdn.VARIANTS[op][0]
     kvc.cite(*dict.fromkeys(base.clauses + variant.clauses + NUMERICS))
     claims = kvc.claims(features=variant.features)
-    kvc.for_all(gdn.STRATEGIES[op](claims, variant), kvc.check, budget=rs.LONG_BUDGET if variant.long else 1.0)
+    for kw, budget in rs.column_runs(op, variant):
+        kvc.for_all(gdn.STRATEGIES[op](claims, variant, **kw), kvc.check, budget=budget)
 
 
 @conformance_test(op=UPDATE, layer="differential", clauses=_clauses(gdn.GDN_UPDATE_VARIANTS))
@@ -275,7 +276,7 @@ def test_gdn_chunked_equals_token_by_token(kvc):
 def test_gdn_chunked_equals_token_by_token_long(kvc):
     """The same across kernel chunk ends: one sequence of 9 … 20 tokens under two hints of
     (8, 16, 1, 3, 4, 64): the state carried from one chunk into the next is the token-by-token state."""
-    _chunked_vs_token_by_token(kvc, gdn.GDN_CHUNKED_VARIANTS[-1], rs.LONG_CHUNK_SIZES + (64,), 1, 0.12)
+    _chunked_vs_token_by_token(kvc, rs.column(CHUNKED, "long"), rs.LONG_CHUNK_SIZES + (64,), 1, 0.12)
 
 
 # --- properties: no leakage (RS-7, RS-34c) ---------------------------------------------------------
@@ -376,7 +377,7 @@ def _split_test(variant, budget=0.4):
 
 
 test_gdn_chunked_split_calls = _split_test(gdn.GDN_CHUNKED_VARIANTS[0])
-test_gdn_chunked_split_calls_long = _split_test(gdn.GDN_CHUNKED_VARIANTS[-1], 0.12)
+test_gdn_chunked_split_calls_long = _split_test(rs.column(CHUNKED, "long"), 0.12)
 
 
 # --- errors: malformed input is rejected ------------------------------------------------------------
