@@ -106,7 +106,7 @@ _PARAM_CLAIMS = {"dtype": "dtype", "kv_dtype": "kv_dtype", "page_size": "page_si
 # recurrent params are named as their claims (strategies/recurrent.py); `lengths` are the sequence lengths
 _PARAM_CLAIMS.update({k: k for k in ("channels", "width", "num_heads", "state_size", "num_groups", "num_qk_heads",
                                      "key_dim", "value_dim", "dt_softplus", "optional_inputs")})
-_PARAM_CLAIMS["lengths"] = "seq_len"
+_PARAM_CLAIMS.update(lengths="seq_len", seq_len="seq_len")
 #: space names of the size limits spelled differently in LIMITS
 _LIMIT_NAMES = {"kv_len": "max_kv_len", "num_seqs": "max_num_seqs", "num_pages": "max_pages"}
 
