@@ -61,7 +61,6 @@ RWKV_LONG_MAX = 70                            # crosses a 64-token window
 RWKV_LONG_EDGES = (9, 17, 8, 16, 64)          # smaller windows' edges; 65 … 70 drawn on their own
 LONG_REST_MAX = 20                            # the other sequences of a long case
 LONG_BUDGET = 0.4                             # share of the profile's examples for the `edges` tier
-RANGE_MAX_LEN = 24                            # a range case's longest sequence (one chunk of most kernels)
 U_ACC = tolerance.U_ACC                       # NU-3: accumulation in float32 or wider
 C_R = 2.0                                     # NU-6: c_R
 
@@ -163,10 +162,9 @@ def _slots(draw, rows: int, variant: Variant, claims: OpClaims | None = None) ->
     """state_indices (None in the base column: row b uses slot b, RS-2) and num_slots.
 
     Indices are a random injection into the pool (shuffled and shifted, RS-2/RS-7); the padding column
-    puts at least one -1 among them (RS-3). Spare slots stay unaddressed, holding canaries (RS-4). The reach
-    columns use explicit indices where the backend claims them (a row's slot is then not its index)."""
-    indexed = "state_indices" in variant.features or (
-        variant.reach and claims is not None and "state_indices" in claims.features)
+    puts at least one -1 among them (RS-3). Spare slots stay unaddressed, holding canaries (RS-4). Given
+    `claims` (the `rows` tiers: a decode batch of hundreds of rows), explicit indices where claimed."""
+    indexed = "state_indices" in variant.features or (claims is not None and "state_indices" in claims.features)
     if not indexed:
         return None, rows + draw(st.integers(0, 1))
     pads = draw(st.integers(1, rows)) if "padding_slots" in variant.features else 0
@@ -346,13 +344,17 @@ def conv_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         rows = draw(st.integers(1, min(2, max_rows)))
         channels = reach.reach_dim(draw, claims, "channels", reach.CONV_CHANNELS)
         width = reach.reach_dim(draw, claims, "width", tuple(w for w in reach.CONV_WIDTHS if w >= min_width))
+    elif variant.range:
+        rows = min(reach.RANGE_ROWS, max_rows)
+        channels = reach.dim(draw, claims, "channels", reach.RANGE_DIM, reach.RANGE_DIM)
+        width = reach.dim(draw, claims, "width", max(min_width, 4), max(min_width, 4))
     else:
         rows = draw(st.integers(1, max_rows))
         channels = reach.dim(draw, claims, "channels", 1, 3)
         width = reach.dim(draw, claims, "width", min_width, 4)
     multi = "multi_token" in variant.features or (variant.reach and "multi_token" in claims.features)
-    steps = draw(st.integers(1, 3)) if multi else None
-    idx, num_slots = _slots(draw, rows, variant, claims)
+    steps = (2 if variant.range else draw(st.integers(1, 3))) if multi else None
+    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
     kw = {}
     use_bias = "bias" in claims.features and draw(st.booleans())
     if "silu" in claims.features and draw(sampled_from((True, False)) if variant.range else st.booleans()):
@@ -420,26 +422,35 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         variant.features and "mamba2" in claims.features and draw(st.booleans())) or (
         variant.reach and "mamba2" in claims.features and draw(st.booleans()))
     max_rows = constraints.upper(claims, "max_num_seqs", 3)
+    fixed = variant.range                      # range cases: fixed small shapes (recurrent_reach.RANGE_*)
     if tier == "rows":
         rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
+    elif fixed:
+        rows = min(reach.RANGE_ROWS, max_rows)
     else:
         rows = draw(st.integers(1, min(2, max_rows) if tier else max_rows))
-    n = reach.reach_dim(draw, claims, "state_size", reach.STATE_SIZES) if tier == "state"         else reach.dim(draw, claims, "state_size", 1, 3 if not tier else 2)
-    idx, num_slots = _slots(draw, rows, variant, claims)
+    if tier == "state":
+        n = reach.reach_dim(draw, claims, "state_size", reach.STATE_SIZES)
+    elif fixed:
+        n = reach.dim(draw, claims, "state_size", reach.RANGE_DIM, reach.RANGE_DIM)
+    else:
+        n = reach.dim(draw, claims, "state_size", 1, 3 if not tier else 2)
+    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
     regime = draw(sampled_from(SSM_RANGE_REGIMES)) if variant.range else ""
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     if mamba2:
-        if tier:
+        if tier or fixed:
             groups = 1
-            heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else draw(st.integers(1, 2))
+            heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else (
+                reach.RANGE_HEADS if fixed else 1 if tier == "rows" else draw(st.integers(1, 2)))
         else:
             heads, groups = _heads_groups(draw, claims)
-        p = reach.dim(draw, claims, "head_dim", 1, 2)
+        p = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2)))
         state_shape, tok, hs, bc = (num_slots, heads, p, n), (rows, heads, p), (heads,), (rows, groups, n)
         dt_shape = (rows, heads)
     else:
-        dim = reach.dim(draw, claims, "head_dim", 1, 2 if tier else 4)
+        dim = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2 if tier else 4)))
         heads, groups, p = 1, 1, dim
         state_shape, tok, hs, bc = (num_slots, dim, n), (rows, dim), (dim,), (rows, n)
         dt_shape = (rows, dim)
@@ -477,7 +488,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     """An `ssd_chunked_scan` call (RS-17 … RS-19): varlen with empty sequences, chunk sizes 1 … 64. Long
     tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a short
     leader, hints 16 … 256, decays near 1), `state` (N past 128); range: SSM_RANGE_REGIMES over one
-    sequence of up to RANGE_MAX_LEN tokens."""
+    sequence of RANGE_TOKENS tokens (one chunk)."""
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")
@@ -507,18 +518,22 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         groups = 1
         heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else 1
         p = reach.dim(draw, claims, "head_dim", 1, 2)
+    elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
+        lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
+        regime = draw(sampled_from(SSM_RANGE_REGIMES))
+        groups = 1
+        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else reach.RANGE_HEADS
+        p = reach.dim(draw, claims, "head_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+        n = reach.dim(draw, claims, "state_size", reach.RANGE_DIM, reach.RANGE_DIM)
+        chunk = chunk_size or reach.RANGE_TOKENS
     else:
-        if variant.range:
-            lengths, cu = _lengths(draw, min(max_seqs, 2), max_len, st.integers(3, RANGE_MAX_LEN), claims)
-            regime = draw(sampled_from(SSM_RANGE_REGIMES))
-        else:
-            lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
+        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
         heads, groups = _heads_groups(draw, claims)
         p = reach.dim(draw, claims, "head_dim", 1, 2)
         n = reach.dim(draw, claims, "state_size", 1, 3)
         chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     seqs, tokens = len(lengths), int(cu[-1])
-    idx, num_slots = _slots(draw, seqs, variant, claims)
+    idx, num_slots = _slots(draw, seqs, variant)
     has_initial = _fresh(draw, seqs, variant)
     snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
     seed = draw(seeds)
@@ -585,13 +600,21 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         lengths, cu = _lead_and_long(draw, claims)
     elif tier == "heads":
         lengths, cu = _lengths(draw, 1, 20, st.integers(1, 20), claims)
-    elif variant.range:
-        lengths, cu = _lengths(draw, min(max_seqs, 2), max_len, st.integers(3, RANGE_MAX_LEN), claims)
+    elif variant.range:     # fixed small shapes (recurrent_reach.RANGE_*)
+        lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
     else:
         lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
     seqs, tokens = len(lengths), int(cu[-1])
-    heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else draw(st.integers(1, 2 if tier != "heads" else 1))
-    if tier == "heads":
+    if "num_heads" in claims.limits:
+        heads = _heads_over(draw, claims, 1)
+    elif tier in ("heads", "tokens") or variant.range:
+        heads = 1
+    else:
+        heads = draw(st.integers(1, 2))
+    if variant.range:
+        dk = reach.dim(draw, claims, "key_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+        dv = reach.dim(draw, claims, "value_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+    elif tier == "heads":
         dk = reach.reach_dim(draw, claims, "key_dim", reach.RWKV_HEAD_DIMS)
         dv = reach.reach_dim(draw, claims, "value_dim", reach.RWKV_HEAD_DIMS)
     else:
@@ -599,7 +622,7 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         dk, dv = reach.dim(draw, claims, "key_dim", 1, small), reach.dim(draw, claims, "value_dim", 1, small)
     if claims.limits.get("equal_key_value_dims") is True:
         dv = dk
-    idx, num_slots = _slots(draw, seqs, variant, claims)
+    idx, num_slots = _slots(draw, seqs, variant)
     has_initial = _fresh(draw, seqs, variant)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)

@@ -62,9 +62,12 @@ GDN_CHUNKED_VARIANTS = (
 TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
 
 
-def _heads(draw, claims: OpClaims) -> tuple[int, int]:
+def _heads(draw, claims: OpClaims, tier: str = "") -> tuple[int, int]:
     """(H, Hk): shrinks towards H = 2, Hk = 1 (shared q/k head); H = 4, Hk = 2 tells h // 2 from h % 2.
-    Within claimed num_qk_heads / num_heads limits (RS-41)."""
+    Within claimed num_qk_heads / num_heads limits (RS-41). The `rows` and `tokens` tiers: one head (their
+    cost grows with heads on an interpreter, and heads are not their threshold)."""
+    if tier in ("rows", "tokens", "range") and not {"num_heads", "num_qk_heads"} & set(claims.limits):
+        return (reach.RANGE_HEADS, 1) if tier == "range" else (1, 1)   # range: fixed shapes, h // 2 shared
     qk = draw(sampled_from(constraints.allowed(claims, "num_qk_heads", (1, 2), "num_qk_heads")))
     if "num_heads" in claims.limits:
         return rs._heads_over(draw, claims, qk), qk
@@ -77,6 +80,9 @@ def _dims(draw, claims: OpClaims, tier: str) -> tuple[int, int]:
     if tier == "heads":
         dk = reach.reach_dim(draw, claims, "key_dim", reach.LINEAR_HEAD_DIMS)
         dv = reach.reach_dim(draw, claims, "value_dim", reach.LINEAR_HEAD_DIMS)
+    elif tier == "range":
+        dk = reach.dim(draw, claims, "key_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+        dv = reach.dim(draw, claims, "value_dim", reach.RANGE_DIM, reach.RANGE_DIM)
     else:
         top = 2 if tier else 3
         dk, dv = reach.dim(draw, claims, "key_dim", 1, top), reach.dim(draw, claims, "value_dim", 1, top)
@@ -166,11 +172,13 @@ def gdn_update_cases(draw, claims: OpClaims, variant: rs.Variant, *, tier: str =
     act, pool_dtype = rs._dtypes(draw, claims, variant)
     if tier == "rows":
         rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
+    elif variant.range:     # fixed small shapes (recurrent_reach.RANGE_*)
+        rows = min(reach.RANGE_ROWS, constraints.upper(claims, "max_num_seqs", reach.RANGE_ROWS))
     else:
         rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if tier else 3)))
-    heads, qk = _heads(draw, claims)
-    dk, dv = _dims(draw, claims, tier)
-    idx, num_slots = rs._slots(draw, rows, variant, claims)
+    heads, qk = _heads(draw, claims, "range" if variant.range else tier)
+    dk, dv = _dims(draw, claims, "range" if variant.range else tier)
+    idx, num_slots = rs._slots(draw, rows, variant, claims if tier == "rows" else None)
     regime = _regime(draw, claims, variant, UPDATE_RANGE_REGIMES)
     kw = _options(draw, variant, regime)
     seed = draw(seeds)
@@ -195,8 +203,8 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
                       chunk_size: int | None = None, tier: str = ""):
     """A `gated_delta_rule_chunked` call (RS-32, RS-33): varlen with empty sequences, chunk hints 1 … 64.
     Long tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a
-    short leader, hints 16 … 256), `heads` (K, V of 64 … 256); range: CHUNKED_RANGE_REGIMES over a first
-    sequence of 24 … 48 tokens (hints of at least 24 tokens: a steep chunk's gate sum passes -96)."""
+    short leader, hints 16 … 256), `heads` (K, V of 64 … 256); range: CHUNKED_RANGE_REGIMES over one
+    sequence of RANGE_TOKENS tokens in one chunk (a steep chunk's gate sum passes -128)."""
     act, pool_dtype = rs._dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")
@@ -211,17 +219,17 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
         chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
     elif tier == "heads":
         lengths, cu = rs._lengths(draw, 1, 40, st.integers(9, 40), claims)
-        chunk = chunk_size or draw(sampled_from((64, 16)))
-    elif variant.range:
-        lengths, cu = rs._lengths(draw, min(max_seqs, 2), max_len, st.integers(24, 48), claims)
-        chunk = chunk_size or draw(sampled_from((64, 32, 24)))
+        chunk = chunk_size or draw(sampled_from((16, 64)))
+    elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
+        lengths, cu = rs._lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
+        chunk = chunk_size or reach.RANGE_TOKENS
     else:
         lengths, cu = rs._lengths(draw, max_seqs, max_len, claims=claims)
         chunk = chunk_size or draw(sampled_from(rs.CHUNK_SIZES))
-    dk, dv = _dims(draw, claims, tier)
-    heads, qk = _heads(draw, claims)
+    dk, dv = _dims(draw, claims, "range" if variant.range else tier)
+    heads, qk = _heads(draw, claims, "range" if variant.range else tier)
     seqs, tokens = len(lengths), int(cu[-1])
-    idx, num_slots = rs._slots(draw, seqs, variant, claims)
+    idx, num_slots = rs._slots(draw, seqs, variant)
     has_initial = rs._fresh(draw, seqs, variant)
     regime = _regime(draw, claims, variant, CHUNKED_RANGE_REGIMES)
     kw = _options(draw, variant, regime)

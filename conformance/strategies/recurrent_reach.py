@@ -22,7 +22,9 @@ one the claim admits.
 
 The `range` column draws values at the thresholds, one value regime per case (the simplest regime first):
 softplus far into its linear region and far below zero, decays at 0, 1 and near both, gates whose chunk sums
-pass float32's exp range, betas 0 and 1, grown states, float16 magnitudes (RANGE_* below).
+pass float32's exp range, betas 0 and 1, grown states, float16 magnitudes (RANGE_* below). Its shapes are
+fixed and small (RANGE_SHAPE: the values vary, not the shapes), so a compiling backend compiles a range
+column once per option set.
 """
 from __future__ import annotations
 
@@ -49,12 +51,12 @@ LONG_TIERS = {
 #: share of the profile's examples for one threshold tier: 1 in ci and quick, 10 in thorough
 TIER_BUDGET = 0.04
 
-DECODE_ROWS = (256, 257, 300)          # decode batches: vLLM's default max_num_seqs 256
+DECODE_ROWS = (128, 256, 257, 300)     # decode batches: vLLM's CUDA-graph sizes up to 512, max_num_seqs 256
 CONV_CHANNELS = (257, 300, 512)        # vLLM causal_conv1d_update tiles channels by BLOCK_N = 256
 CONV_WIDTHS = (4, 2, 3, 5, 6)          # Mamba d_conv 4; vLLM's conv kernels take widths 2 … 6
 STATE_SIZES = (160, 129, 256)          # past 128: mamba_ssm's SSU launch, ggml CUDA's d_state 256 path
 SSM_HEAD_DIMS = (1, 2, 64)             # Mamba-2 headdim 64
-LONG_TOKENS = (300, 129, 257, 1000, 2049)
+LONG_TOKENS = (200, 129, 300, 1000, 2049)
 LONG_HINTS = (256, 128, 192, 129, 64, 16)   # a second 128-row block inside a chunk only above 128
 LEADERS = (5, 1, 3, 7)                 # a short first sequence: the long one starts mid-chunk
 LINEAR_HEAD_DIMS = (128, 64, 256, 192)  # GDN: fla's 64-key state blocks, K <= 256; Qwen3-Next 128
@@ -99,16 +101,19 @@ def near_one_log(rng, shape) -> np.ndarray:
 
 #: share of the profile's examples for a range column: 5 in ci, 2 in quick, 50 in thorough
 RANGE_BUDGET = 0.2
+#: the fixed shape of a range case: rows (or tokens of its one sequence, one chunk: the hint is the
+#: same), heads, and the channel / state / key / value dims
+RANGE_ROWS, RANGE_TOKENS, RANGE_HEADS, RANGE_DIM = 2, 16, 2, 2
 #: raw dt (before softplus) far into softplus's linear region (threshold 20, RS-9; float32 exp overflows
 #: past 88.7, so `log(1 + exp(dt))` becomes inf) and far below zero, where `log(1 + exp(dt))` rounds to 0
 RANGE_DT_LINEAR = (100.0, 30.0, 20.5, 89.0, 21.0)
 RANGE_DT_NEGATIVE = (-30.0, -20.0, -25.0, -40.0)
 RANGE_DT_THRESHOLD = (20.0, 19.5, 20.5, 20.25)
 #: log decays: near 1 (-1e-6) and near 0 (-50; RWKV's w = exp(-exp(x)) reaches exp(-54.6) at x = 4)
-RANGE_LOG_DECAYS = (-1e-6, -50.0, -1e-3, -54.6, -20.0, -1.0)
+RANGE_LOG_DECAYS = (-50.0, -1e-6, -1e-3, -54.6, -20.0, -1.0)
 #: GDN log gates per token whose chunk sums pass -88.7 (float32 exp(-gam) overflows) and -103.9 (exp(gam)
 #: underflows to 0) within a few tokens
-RANGE_GATE_STEEP = (-12.0, -4.0)
+RANGE_GATE_STEEP = (-12.0, -8.0)
 RANGE_GATES = (0.0, -1e-6, -50.0, -0.5)         # exactly 0 (decay 1), near 0, steep
 RANGE_BETAS = (1.0, 0.0, 0.5)                    # full write, no write
 RANGE_GROWN_EXP = (10, 20)                       # state magnitudes after thousands of steps: 2^10 … 2^20
@@ -122,9 +127,12 @@ RANGE_DT_LINEAR_FLOAT16 = (30.0, 20.5, 40.0, 21.0)
 
 
 def choice(rng, shape, options, dtype: str) -> np.ndarray:
-    """Values drawn uniformly from `options`, rounded to `dtype` (a case holds what the backend gets)."""
+    """Values drawn uniformly from `options`, rounded to `dtype` (a case holds what the backend gets); the
+    first option, the one that defines the regime, is always among them (at the first element)."""
     from kvconform.reference import dtypes
     vals = np.asarray(options, dtype=np.float64)[rng.integers(0, len(options), size=shape)]
+    if vals.size:
+        vals.flat[0] = options[0]
     return vals.astype(dtypes.resolve_dtype(dtype))
 
 
