@@ -289,11 +289,11 @@ def _lengths(draw, max_seqs: int, max_len: int, first=None, claims: OpClaims | N
     return lengths, cu
 
 
-def _lead_and_long(draw, claims: OpClaims) -> tuple[list[int], np.ndarray]:
+def _lead_and_long(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndarray]:
     """The `tokens` tier: a short leader (so the long sequence starts mid-chunk of the packing) and a
-    sequence of several hundred to a few thousand tokens (recurrent_reach.LONG_TOKENS)."""
+    sequence of 129 to a few thousand tokens (recurrent_reach.LONG_TOKENS[op])."""
     lead = draw(reach.length_strategy(claims, sampled_from(reach.LEADERS)))
-    long_len = draw(reach.length_strategy(claims, sampled_from(reach.LONG_TOKENS)))
+    long_len = draw(reach.length_strategy(claims, sampled_from(reach.LONG_TOKENS[op])))
     lengths = [lead, long_len]
     cu = np.zeros(3, dtype=np.int32)
     cu[1:] = np.cumsum(lengths)
@@ -508,7 +508,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         p, n = reach.dim(draw, claims, "head_dim", 1, 2), reach.dim(draw, claims, "state_size", 1, 2)
     elif tier in ("tokens", "state"):
         if tier == "tokens":
-            lengths, cu = _lead_and_long(draw, claims)
+            lengths, cu = _lead_and_long(draw, claims, "ssd_chunked_scan")
             chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
             n = reach.dim(draw, claims, "state_size", 1, 2)
         else:
@@ -597,7 +597,7 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
                                st.one_of(st.sampled_from(RWKV_LONG_EDGES), st.integers(65, RWKV_LONG_MAX),
                                          st.integers(0, RWKV_LONG_MAX)), claims)
     elif tier == "tokens":
-        lengths, cu = _lead_and_long(draw, claims)
+        lengths, cu = _lead_and_long(draw, claims, "rwkv6_wkv")
     elif tier == "heads":
         lengths, cu = _lengths(draw, 1, 20, st.integers(1, 20), claims)
     elif variant.range:     # fixed small shapes (recurrent_reach.RANGE_*)

@@ -215,7 +215,7 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
         lengths, cu = rs._lengths(draw, min(max_seqs, 2), rs.SSD_LONG_MAX,
                                   st.one_of(st.sampled_from(edges), st.integers(9, rs.SSD_LONG_MAX)), claims)
     elif tier == "tokens":
-        lengths, cu = rs._lead_and_long(draw, claims)
+        lengths, cu = rs._lead_and_long(draw, claims, "gated_delta_rule_chunked")
         chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
     elif tier == "heads":
         lengths, cu = rs._lengths(draw, 1, 40, st.integers(9, 40), claims)

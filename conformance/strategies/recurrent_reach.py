@@ -9,9 +9,9 @@ them). Every recurrent strategy takes a `tier` for its `long` column:
     rows      decode batches in the hundreds (DECODE_ROWS)
     channels  conv channels past a 256-channel block (CONV_CHANNELS), widths up to 6
     state     SSM state sizes past 128 (STATE_SIZES)
-    tokens    a sequence of several hundred to a few thousand tokens after a short leader (so it starts
-              mid-chunk of the packing), chunk hints 16 … 256 (LONG_TOKENS, LONG_HINTS, LEADERS), with
-              decays near 1 so that its state grows over the whole sequence
+    tokens    a sequence of 129 to a few thousand tokens after a short leader (so it starts mid-chunk of
+              the packing), chunk hints 16 … 256 (LONG_TOKENS, LONG_HINTS, LEADERS), with decays near 1
+              so that its state grows over the whole sequence
     heads     real head dims of linear attention (LINEAR_HEAD_DIMS, RWKV_HEAD_DIMS)
 
 A threshold tier runs `TIER_BUDGET` of the profile's examples: one in ci and quick, whose draw is the
@@ -56,7 +56,11 @@ CONV_CHANNELS = (257, 300, 512)        # vLLM causal_conv1d_update tiles channel
 CONV_WIDTHS = (4, 2, 3, 5, 6)          # Mamba d_conv 4; vLLM's conv kernels take widths 2 … 6
 STATE_SIZES = (160, 129, 256)          # past 128: mamba_ssm's SSU launch, ggml CUDA's d_state 256 path
 SSM_HEAD_DIMS = (1, 2, 64)             # Mamba-2 headdim 64
-LONG_TOKENS = (200, 129, 300, 1000, 2049)
+#: a long sequence: SSD's closed form is cheap on an interpreter, so its simplest draw is several hundred
+#: tokens; the recurrences stepped token by token (RWKV6, and the gated delta rule's 64-row substitutions)
+#: start at 129, one token into a second 128-row block of a 256-token chunk, and reach thousands in thorough
+LONG_TOKENS = {"ssd_chunked_scan": (300, 129, 1000, 2049), "rwkv6_wkv": (129, 300, 1000, 2049),
+               "gated_delta_rule_chunked": (129, 300, 1000, 2049)}
 LONG_HINTS = (256, 128, 192, 129, 64, 16)   # a second 128-row block inside a chunk only above 128
 LEADERS = (5, 1, 3, 7)                 # a short first sequence: the long one starts mid-chunk
 LINEAR_HEAD_DIMS = (128, 64, 256, 192)  # GDN: fla's 64-key state blocks, K <= 256; Qwen3-Next 128
