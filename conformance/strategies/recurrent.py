@@ -100,40 +100,41 @@ def column_runs(op: str, variant: Variant) -> list[tuple[dict, float]]:
 
 
 _INDEXED = ("RS-2", "RS-4", "RS-7")
-_PADDED = ("RS-3", "RS-4")
-_REACH = ("RS-42",)
+_PADDED = ("RS-3", "RS-4", "RS-36")
+_REACH = ("RS-41", "RS-42", "NU-R5")
+_RANGE = ("RS-43", "NU-R5")
 CONV_VARIANTS = (
     Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-10", "RS-11", "RS-12")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("multi_token", ("multi_token",), ("RS-10", "RS-11", "RS-12")),
     Variant("long", (), ("RS-10", "RS-11", "RS-12") + _REACH, reach="long"),
-    Variant("range", (), ("RS-9", "RS-11", "RS-12", "RS-43"), reach="range"),
+    Variant("range", (), ("RS-9", "RS-11", "RS-12") + _RANGE, reach="range"),
 )
 SSU_VARIANTS = (
-    Variant("mamba1", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-14", "RS-15")),
-    Variant("mamba2", ("mamba2",), ("RS-16",)),
+    Variant("mamba1", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-14", "RS-15", "RS-37", "RS-38")),
+    Variant("mamba2", ("mamba2",), ("RS-16", "RS-41")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("long", (), ("RS-15", "RS-16") + _REACH, reach="long"),
-    Variant("range", (), ("RS-9", "RS-14", "RS-15", "RS-43"), reach="range"),
+    Variant("range", (), ("RS-9", "RS-14", "RS-15") + _RANGE, reach="range"),
 )
 SSD_VARIANTS = (
-    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-14", "RS-16", "RS-17", "RS-18")),
+    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-14", "RS-16", "RS-17", "RS-18", "RS-37", "RS-38", "RS-39")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
     Variant("snapshots", ("snapshots",), ("RS-19",)),
     Variant("long", (), ("RS-17", "RS-18") + _REACH, reach="long"),
-    Variant("range", (), ("RS-9", "RS-14", "RS-18", "RS-43"), reach="range"),
+    Variant("range", (), ("RS-9", "RS-14", "RS-18") + _RANGE, reach="range"),
 )
 RWKV_VARIANTS = (
-    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-17", "RS-20")),
+    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-17", "RS-20", "RS-39", "RS-40")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
     Variant("long", (), ("RS-17", "RS-20") + _REACH, reach="long"),
-    Variant("range", (), ("RS-20", "RS-43"), reach="range"),
+    Variant("range", (), ("RS-20",) + _RANGE, reach="range"),
 )
 VARIANTS = {"causal_conv1d_update": CONV_VARIANTS, "selective_state_update": SSU_VARIANTS,
             "ssd_chunked_scan": SSD_VARIANTS, "rwkv6_wkv": RWKV_VARIANTS}

@@ -41,23 +41,24 @@ from . import recurrent_reach as reach
 from .values import floats, sampled_from, seeds
 
 _INDEXED = ("RS-2", "RS-4", "RS-7", "RS-31")
-_PADDED = ("RS-3", "RS-4", "RS-31")
+_PADDED = ("RS-3", "RS-4", "RS-31", "RS-36")
 GDN_UPDATE_VARIANTS = (
-    rs.Variant("base", (), ("RS-1", "RS-6", "RS-28", "RS-29", "RS-30", "RS-31", "RS-35")),
+    rs.Variant("base", (), ("RS-1", "RS-6", "RS-28", "RS-29", "RS-30", "RS-31", "RS-35", "RS-40", "RS-41")),
     rs.Variant("state_indices", ("state_indices",), _INDEXED),
     rs.Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     rs.Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
-    rs.Variant("long", (), ("RS-28", "RS-30", "RS-42"), reach="long"),
-    rs.Variant("range", (), ("RS-30", "RS-35", "RS-43"), reach="range"),
+    rs.Variant("long", (), ("RS-28", "RS-30") + rs._REACH, reach="long"),
+    rs.Variant("range", (), ("RS-30", "RS-35") + rs._RANGE, reach="range"),
 )
 GDN_CHUNKED_VARIANTS = (
-    rs.Variant("base", (), ("RS-1", "RS-6", "RS-17", "RS-28", "RS-29", "RS-30", "RS-32", "RS-33", "RS-35")),
+    rs.Variant("base", (), ("RS-1", "RS-6", "RS-17", "RS-28", "RS-29", "RS-30", "RS-32", "RS-33", "RS-35", "RS-39",
+                            "RS-40", "RS-41")),
     rs.Variant("state_indices", ("state_indices",), _INDEXED),
     rs.Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED + ("RS-32",)),
     rs.Variant("initial_states", ("initial_states",), ("RS-5", "RS-32")),
     rs.Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
-    rs.Variant("long", (), ("RS-17", "RS-32", "RS-33", "RS-42"), reach="long"),
-    rs.Variant("range", (), ("RS-32", "RS-33", "RS-35", "RS-43"), reach="range"),
+    rs.Variant("long", (), ("RS-17", "RS-32", "RS-33") + rs._REACH, reach="long"),
+    rs.Variant("range", (), ("RS-32", "RS-33", "RS-35") + rs._RANGE, reach="range"),
 )
 TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
 

@@ -45,7 +45,7 @@ OP = "recurrent_store_step"
 STORE_CLAUSES = ("RS-21", "RS-22", "RS-23", "RS-24", "RS-25", "RS-26")
 STORE_VARIANTS = (rs.Variant("base", (), STORE_CLAUSES),
                   rs.Variant("long", (), ("RS-22", "RS-42"), reach="long"),
-                  rs.Variant("range", (), ("RS-22", "RS-25", "RS-26", "RS-43"), reach="range"))
+                  rs.Variant("range", (), ("RS-22", "RS-25", "RS-26", "RS-43", "NU-R5"), reach="range"))
 MAX_SEQS = 6
 #: the arguments each command reads (besides the state); the case holds only these
 COMMAND_ARGS = {"assign": ("seq_ids", "num_tokens"), "copy": ("src", "dst"), "remove": ("seq",),

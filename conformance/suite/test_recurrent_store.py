@@ -123,7 +123,7 @@ def test_store_step_long(kvc):
                     budget=reach.TIER_BUDGET)
 
 
-@conformance_test(op=OP, layer="differential", clauses=("RS-22", "RS-25", "RS-26", "RS-43"))
+@conformance_test(op=OP, layer="differential", clauses=("RS-22", "RS-25", "RS-26", "RS-43", "NU-R1", "NU-R5"))
 def test_store_step_range(kvc):
     """The range column: rows holding the edges of the pool format (+-0.0, subnormals, the largest finite,
     +-inf, NaN payloads), moved by any command: every live row bit for bit (NaN as NaN)."""
