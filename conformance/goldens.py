@@ -61,6 +61,20 @@ def run(kvc, golden: Golden, uses: Callable[[Case], tuple[set, dict]], conventio
     kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
 
 
+def suite_test(op: str, table, uses: Callable, conventions: Callable = lambda c: {}):
+    """The golden test of `op` for a suite module: one item per golden of `table` (its GOLDENS) for `op`,
+    citing their clauses, each run by `run`. Assign it to a `test_...` name of the module."""
+    import pytest
+    from .harness import conformance_test
+    chosen = [g for g in table if g.op == op]
+
+    @conformance_test(op=op, layer="golden", clauses=tuple(sorted({c for g in chosen for c in g.clauses})))
+    @pytest.mark.parametrize("golden", chosen, ids=str)
+    def test(kvc, golden):
+        run(kvc, golden, uses, conventions)
+    return test
+
+
 def at_end(arr, shape) -> Any:
     """`arr` restated inside an array of `shape` (same rank, no axis smaller): its values at the far end of
     every grown axis, zeros elsewhere, except that a leading-axis row of `arr` that is all NaN (a canary

@@ -201,6 +201,14 @@ class WindowCarryDropped(Mutant):
 # --- reach (issue 27): bugs behind a size or value threshold the 4-token columns never cross ---------------
 # Each is caught only by the op's `long` (sizes) or `range` (values) column (spec/recurrent.md section 6).
 
+def _spliced(pool, block, part) -> np.ndarray:
+    """A copy of `pool` whose entries `block` (an index) hold `part`: what a kernel that computes only the
+    first block of an axis leaves in the pool (the rest keeps its old values)."""
+    out = np.array(pool, copy=True)
+    out[block] = part
+    return out
+
+
 @mutant(op="selective_state_update", clause="RS-9", only_caught_by="range", max_size=8,
         description="softplus computed as log(1 + exp(dt)) in float32 with no threshold (state-spaces/mamba "
                     "@33dc96c8 mamba_ssm/ops/triton/selective_state_update.py: `dt = tl.log(1.0 + tl.exp(dt))`): "
@@ -234,9 +242,7 @@ class StateTailDropped(Mutant):
         part = reference.selective_state_update(
             np.asarray(state)[..., head], x, dt, np.asarray(A)[..., head] if mamba1 else A,
             np.asarray(B)[..., head], np.asarray(C)[..., head], **kw)
-        pool = np.array(state, copy=True)
-        pool[..., head] = part.state
-        return type(result)(part.out, pool)
+        return type(result)(part.out, _spliced(state, (Ellipsis, head), part.state))
 
 
 @mutant(op="ssd_chunked_scan", clause="RS-18", only_caught_by="long", max_size=320,
@@ -305,11 +311,8 @@ class ChannelBlockDropped(Mutant):
                                               np.asarray(weight)[block],
                                               None if bias is None else np.asarray(bias)[block],
                                               activation=activation, state_indices=state_indices)
-        out = np.zeros_like(result.out)
-        out[..., block] = part.out
-        pool = np.array(conv_state, copy=True)
-        pool[:, block] = part.conv_state
-        return type(result)(out, pool)
+        out = _spliced(np.zeros_like(result.out), (Ellipsis, block), part.out)
+        return type(result)(out, _spliced(conv_state, (slice(None), block), part.conv_state))
 
 
 @mutant(op="rwkv6_wkv", clause="RS-20", only_caught_by="range", max_size=8,

@@ -10,7 +10,7 @@ from kvconform.reference.recurrent.reductions import ordered_sum
 from kvconform.reference.recurrent.slots import gather_rows, scatter_rows
 
 from . import Mutant, mutant
-from .recurrent import _final_rows, _restarted
+from .recurrent import _final_rows, _restarted, _spliced
 
 
 def _update_with_step(call, step):
@@ -25,8 +25,9 @@ def _update_with_step(call, step):
     return gd.GatedDeltaUpdate(out, scatter_rows(call.state, idx, final))
 
 
-def _chunked_with_step(call, step):
-    """`gated_delta_rule_chunked` run token by token with `step`."""
+def _chunked_with(call, piece, width: int):
+    """`gated_delta_rule_chunked` run `width` tokens at a time (never across sequences) with
+    `piece(S, q, k, v, g, beta, scale) -> (out, S)` on those tokens' arrays (leading token axis)."""
     idx, cu = call.state_indices, call.cu_seqlens
     start = gather_rows(call.state, idx, call.has_initial_state)
     qh, kh = gd._prepared_qk(call)
@@ -34,10 +35,19 @@ def _chunked_with_step(call, step):
     final = np.zeros_like(start)
     for s in np.flatnonzero(idx >= 0):
         S = start[s]
-        for t in range(int(cu[s]), int(cu[s + 1])):
-            out[t], S = step(S, qh[t], kh[t], call.v[t], call.g[t], call.beta[t], call.scale)
+        for t0 in range(int(cu[s]), int(cu[s + 1]), width):
+            t = slice(t0, min(t0 + width, int(cu[s + 1])))
+            out[t], S = piece(S, qh[t], kh[t], call.v[t], call.g[t], call.beta[t], call.scale)
         final[s] = S
     return gd.GatedDeltaScan(out, scatter_rows(call.state, idx, final))
+
+
+def _chunked_with_step(call, step):
+    """`gated_delta_rule_chunked` run token by token with the per-token `step`."""
+    def one_token(S, q, k, v, g, beta, scale):
+        out, S = step(S, q[0], k[0], v[0], g[0], beta[0], scale)
+        return out[None], S
+    return _chunked_with(call, one_token, 1)
 
 
 def _decay_after_write(S, q, k, v, g, beta, scale):
@@ -191,19 +201,7 @@ def _chunk_split_decays(S, q, k, v, g, beta, scale):
 class GDNDecaysSplitExp(Mutant):
     def gated_delta_rule_chunked(self, q, k, v, g, beta, state, cu_seqlens, **kw):
         call = reference.validate_gated_delta_rule_chunked(q, k, v, g, beta, state, cu_seqlens, **kw)
-        idx, cu = call.state_indices, call.cu_seqlens
-        start = gather_rows(call.state, idx, call.has_initial_state)
-        qh, kh = gd._prepared_qk(call)
-        out = np.zeros(call.v.shape)
-        final = np.zeros_like(start)
-        for s in np.flatnonzero(idx >= 0):
-            S = start[s]
-            for c0 in range(int(cu[s]), int(cu[s + 1]), call.chunk_size):
-                c1 = min(c0 + call.chunk_size, int(cu[s + 1]))
-                out[c0:c1], S = _chunk_split_decays(S, qh[c0:c1], kh[c0:c1], call.v[c0:c1], call.g[c0:c1],
-                                                    call.beta[c0:c1], call.scale)
-            final[s] = S
-        return gd.GatedDeltaScan(out, scatter_rows(call.state, idx, final))
+        return _chunked_with(call, _chunk_split_decays, call.chunk_size)
 
 
 @mutant(op="gated_delta_rule_update", clause="RS-30", only_caught_by="long", max_size=8,
@@ -222,6 +220,4 @@ class GDNKeyBlockDropped(Mutant):
         opts = dict(kw, scale=call.scale)
         part = reference.gated_delta_rule_update(np.asarray(q)[..., head], np.asarray(k)[..., head], v, g, beta,
                                                  np.asarray(state)[:, :, head], **opts)
-        pool = np.array(state, copy=True)
-        pool[:, :, head] = part.state[:, :, :]
-        return gd.GatedDeltaUpdate(part.out, pool)
+        return gd.GatedDeltaUpdate(part.out, _spliced(state, (slice(None), slice(None), head), part.state))

@@ -391,7 +391,7 @@ def conv_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
 SSM_RANGE_REGIMES = ("softplus_linear", "softplus_negative", "softplus_threshold", "decays", "grown")
 
 
-def _ssm_range_values(draw, rng, regime: str, dt_shape, a_shape, act: str, softplus: bool):
+def _ssm_range_values(rng, regime: str, dt_shape, a_shape, act: str, softplus: bool):
     """dt (raw, before dt_bias and softplus) and A of one SSM range regime (recurrent_reach RANGE_*):
     dt' far into softplus's linear region (decays that underflow), tiny dt' (log1p, not log(1 + exp)),
     around the threshold, decays at exactly 1 (A = 0) and near 0 (A = -16, Mamba's largest -exp(A_log)),
@@ -459,7 +459,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     x = floats(rng, tok, act)
     a_shape = hs if mamba2 else (heads * p, n)
     if variant.range:
-        dt, A = _ssm_range_values(draw, rng, regime, dt_shape, a_shape, act, kw["dt_softplus"])
+        dt, A = _ssm_range_values(rng, regime, dt_shape, a_shape, act, kw["dt_softplus"])
     else:
         dt = _positive(rng, dt_shape, act, max_exp=0)
         A = -_positive(rng, a_shape, act, max_exp=0)
@@ -541,7 +541,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     rng = np.random.default_rng(seed)
     kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims, softplus_first=variant.range)
     if regime:
-        dt, A = _ssm_range_values(draw, rng, regime, (tokens, heads), (heads,), act, kw["dt_softplus"])
+        dt, A = _ssm_range_values(rng, regime, (tokens, heads), (heads,), act, kw["dt_softplus"])
     elif tier == "tokens":
         # decays near 1 (|dt' A| <= 2.6 * 2^-8 per token): the state grows over hundreds of tokens
         dt = _positive(rng, (tokens, heads), act, min_exp=-4, max_exp=0)

@@ -326,13 +326,7 @@ GOLDENS = _GOLDENS + (
 
 
 def _golden_test(op):
-    chosen = [g for g in GOLDENS if g.op == op]
-
-    @conformance_test(op=op, layer="golden", clauses=sorted({c for g in chosen for c in g.clauses}))
-    @pytest.mark.parametrize("golden", chosen, ids=str)
-    def test(kvc, golden):
-        goldens.run(kvc, golden, rs.USES[op], rs.conventions)
-    return test
+    return goldens.suite_test(op, GOLDENS, rs.USES[op], rs.conventions)
 
 
 test_conv1d_golden = _golden_test(_CONV)
