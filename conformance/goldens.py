@@ -75,15 +75,15 @@ def suite_test(op: str, table, uses: Callable, conventions: Callable = lambda c:
     return test
 
 
-def at_end(arr, shape) -> Any:
+def at_end(arr, shape, fill: float = 0.0) -> Any:
     """`arr` restated inside an array of `shape` (same rank, no axis smaller): its values at the far end of
-    every grown axis, zeros elsewhere, except that a leading-axis row of `arr` that is all NaN (a canary
+    every grown axis, `fill` (zeros) elsewhere, except that a leading-axis row of `arr` that is all NaN (a canary
     pool row, which must come back bit for bit) stays all NaN. A golden restated this way at real head
     and state sizes keeps its hand-worked values: the added channels, keys and state entries hold zeros,
     which add nothing, and the values sit where a kernel's last tile (and its masking) handles them."""
     import numpy as np
     arr = np.asarray(arr)
-    out = np.zeros(shape, dtype=arr.dtype)
+    out = np.full(shape, fill, dtype=arr.dtype)
     out[tuple(slice(n - m, n) for n, m in zip(shape, arr.shape))] = arr
     if arr.ndim and np.issubdtype(arr.dtype, np.floating):
         for i in np.flatnonzero(np.isnan(arr.reshape(arr.shape[0], -1)).all(axis=1) if arr.size else []):
@@ -91,14 +91,17 @@ def at_end(arr, shape) -> Any:
     return out
 
 
-def restated_at(golden: Golden, name: str, shapes: dict) -> Golden:
+def restated_at(golden: Golden, name: str, shapes: dict, fills: dict | None = None) -> Golden:
     """`golden` at larger dimensions (`at_end`): `shapes` maps input names and fields of the expected
-    result to their new shapes (a missing name keeps its shape)."""
+    result to their new shapes (a missing name keeps its shape); `fills` the value an input's added entries
+    hold instead of 0 (e.g. a decay multiplier of 1, which leaves a zero state zero)."""
     import dataclasses
+    fills = fills or {}
 
     def build(options):
         case, expected = golden.build(options)
-        inputs = {k: (at_end(v, shapes[k]) if k in shapes and v is not None else v) for k, v in case.inputs.items()}
+        inputs = {k: (at_end(v, shapes[k], fills.get(k, 0.0)) if k in shapes and v is not None else v)
+                  for k, v in case.inputs.items()}
         fields = expected._asdict() if hasattr(expected, "_asdict") else None
         if fields is not None:
             expected = type(expected)(**{k: (at_end(v, shapes[k]) if k in shapes else v) for k, v in fields.items()})

@@ -194,7 +194,7 @@ def _chunk_split_decays(S, q, k, v, g, beta, scale):
     return out, S_end
 
 
-@mutant(op="gated_delta_rule_chunked", clause="RS-33", only_caught_by="range", max_size=70,
+@mutant(op="gated_delta_rule_chunked", clause="RS-33", only_caught_by="range", max_size=10,
         description="chunk decays exp(gam_i - gam_j) formed as exp(gam_i) * exp(-gam_j) in float32: once a "
                     "chunk's cumulative log gate passes -88.7, exp(-gam) overflows and the outputs become "
                     "NaN / inf")
@@ -204,7 +204,7 @@ class GDNDecaysSplitExp(Mutant):
         return _chunked_with(call, _chunk_split_decays, call.chunk_size)
 
 
-@mutant(op="gated_delta_rule_update", clause="RS-30", only_caught_by="long", max_size=8,
+@mutant(op="gated_delta_rule_update", clause="RS-30", only_caught_by="long|_real", max_size=8,
         description="key dims past 64 are never touched (fla's chunk_delta_h keeps the state in 64-key "
                     "blocks b_h1 … b_h4, one per 64 keys; here the blocks past the first are missing): "
                     "state rows k >= 64 unchanged, and they neither feed the delta nor the output")

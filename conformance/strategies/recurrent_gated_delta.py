@@ -21,7 +21,7 @@ sequence of 9 … 20 tokens with hints (8, 16, 1, 3, 4), crossing the Triton ker
 `tokens` (chunked: hundreds to thousands of tokens after a short leader, hints 16 … 256, gates near 0 so
 the state grows over the sequence), `heads` (K, V of 64 … 256, fla's 64-key state blocks) and `rows`
 (update: a decode batch of hundreds of rows). Range column: log gates exactly 0, near 0 and -50, betas
-exactly 0 and 1 (`gates`); per-token gates of -4 … -12 whose chunk sums pass float32's exp range
+exactly 0 and 1 (`gates`); per-token gates of -16 … -12 whose chunk sums pass float32's exp range
 (chunked `steep`); grown states; float16 q, k whose squares overflow float16 under L2 normalisation.
 """
 from __future__ import annotations
@@ -205,7 +205,7 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
     """A `gated_delta_rule_chunked` call (RS-32, RS-33): varlen with empty sequences, chunk hints 1 … 64.
     Long tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a
     short leader, hints 16 … 256), `heads` (K, V of 64 … 256); range: CHUNKED_RANGE_REGIMES over one
-    sequence of RANGE_TOKENS tokens in one chunk (a steep chunk's gate sum passes -128)."""
+    sequence of RANGE_TOKENS tokens in one chunk (a steep chunk's gate sum is below -96)."""
     act, pool_dtype = rs._dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")

@@ -107,7 +107,7 @@ def near_one_log(rng, shape) -> np.ndarray:
 RANGE_BUDGET = 0.2
 #: the fixed shape of a range case: rows (or tokens of its one sequence, one chunk: the hint is the
 #: same), heads, and the channel / state / key / value dims
-RANGE_ROWS, RANGE_TOKENS, RANGE_HEADS, RANGE_DIM = 2, 16, 2, 2
+RANGE_ROWS, RANGE_TOKENS, RANGE_HEADS, RANGE_DIM = 2, 8, 2, 2
 #: raw dt (before softplus) far into softplus's linear region (threshold 20, RS-9; float32 exp overflows
 #: past 88.7, so `log(1 + exp(dt))` becomes inf) and far below zero, where `log(1 + exp(dt))` rounds to 0
 RANGE_DT_LINEAR = (100.0, 30.0, 20.5, 89.0, 21.0)
@@ -115,9 +115,9 @@ RANGE_DT_NEGATIVE = (-30.0, -20.0, -25.0, -40.0)
 RANGE_DT_THRESHOLD = (20.0, 19.5, 20.5, 20.25)
 #: log decays: near 1 (-1e-6) and near 0 (-50; RWKV's w = exp(-exp(x)) reaches exp(-54.6) at x = 4)
 RANGE_LOG_DECAYS = (-50.0, -1e-6, -1e-3, -54.6, -20.0, -1.0)
-#: GDN log gates per token whose chunk sums pass -88.7 (float32 exp(-gam) overflows) and -103.9 (exp(gam)
-#: underflows to 0) within a few tokens
-RANGE_GATE_STEEP = (-12.0, -8.0)
+#: GDN log gates per token whose chunk sums pass -88.7 (float32 exp(-gam) overflows) within RANGE_TOKENS
+#: (8 x -12 = -96) and mostly -103.9 (exp(gam) underflows to 0)
+RANGE_GATE_STEEP = (-16.0, -12.0)
 RANGE_GATES = (0.0, -1e-6, -50.0, -0.5)         # exactly 0 (decay 1), near 0, steep
 RANGE_BETAS = (1.0, 0.0, 0.5)                    # full write, no write
 RANGE_GROWN_EXP = (10, 20)                       # state magnitudes after thousands of steps: 2^10 … 2^20
@@ -180,3 +180,20 @@ def special_values(rng, shape, dtype: str) -> np.ndarray:
     payload.view({4: np.uint32, 8: np.uint64}[dt.itemsize])[0] |= 1     # a NaN with another payload
     pool = np.concatenate([edges, quiet, payload, floats(rng, (4,), dtype)])
     return pool[rng.integers(0, pool.size, size=tuple(shape))]
+
+
+def smallest_size(op: str, params: dict) -> int:
+    """The largest size (tokens + sequences, as tests/engine/test_mutants.py measures a counterexample)
+    of the smallest draw of the reach tier or regime `params` come from: a failure shrinks no further than
+    its tier's threshold (a decode batch of DECODE_ROWS[0] rows, a long sequence of LONG_TOKENS[op][0]
+    tokens after a leader) or the fixed shape of a range case."""
+    tier = params.get("tier")
+    if tier == "rows":
+        return 4 * DECODE_ROWS[0] + 8                      # rows + rows * (up to 3 tokens), store: + slots
+    if tier == "tokens":
+        return LONG_TOKENS[op][0] + max(LEADERS) + 2
+    if tier in ("channels", "state", "heads"):
+        return 48                                          # <= 40 tokens, <= 2 rows of <= 3 tokens
+    if params.get("regime"):
+        return 4 * max(RANGE_ROWS, RANGE_TOKENS) + 4 if op != "recurrent_store_step" else 24
+    return 0
