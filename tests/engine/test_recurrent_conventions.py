@@ -16,59 +16,50 @@ def _results(cli, out):
     return cli.report(out)["results"]
 
 
-def test_conventions_claimed_pass(cli, tmp_path):
+def test_conventions_claimed_pass_and_real_sizes_widen_every_draw(cli, tmp_path):
+    """The kernels with their conventions claimed pass. A kernel claiming only head_dim {64} and
+    state_size {128} gets every column at those sizes (none of the default 1 … 3) and runs the real-size
+    golden (issue 31: goldens at head dim 2 ran on no such backend)."""
     out = tmp_path / "out"
-    proc = cli("run", "--backend", "convention_backends:make_conventional", "--ops", OPS, "--profile", "ci",
+    proc = cli("run", "--backend", "convention_backends:make_conventional",
+               "--backend", "convention_backends:make_real_sizes_only", "--ops", OPS, "--profile", "ci",
                "--out", str(out), "--", "-k", PICK)
     assert proc.returncode == 0, proc.stdout[-4000:]
     results = _results(cli, out)
-    ran = {r["op"] for r in results if r["status"] == "pass" and r["layer"] == "differential"}
+    conventional = [r for r in results if r["backend"] == "conventional"]
+    ran = {r["op"] for r in conventional if r["status"] == "pass" and r["layer"] == "differential"}
     assert ran == set(LIMITS)
     # padding rows were drawn and their outputs not compared; goldens restated without the declined options
     # (none fails as "claims more than it supports"); the ones with an empty sequence are outside seq_len
-    assert any(r["status"] == "pass" and "padding_slots" in r["id"] for r in results if r["op"] == "causal_conv1d_update")
-    golden = {r["id"].split("-")[-1].rstrip("]"): r["status"] for r in results
+    assert any(r["status"] == "pass" and "padding_slots" in r["id"] for r in conventional
+               if r["op"] == "causal_conv1d_update")
+    golden = {r["id"].split("-")[-1].rstrip("]"): r["status"] for r in conventional
               if r["layer"] == "golden" and r["op"] == "ssd_chunked_scan"}
     assert golden == {"ssd_chunk1": "unsupported", "ssd_chunk64": "unsupported", "ssd_chunk64_real": "unsupported",
                       "ssd_fresh_snapshots": "pass"}, golden
+    real = [r for r in results if r["backend"] == "real-sizes-only"]
+    golden = [r["id"] for r in real if r["layer"] == "golden" and r["status"] == "pass"]
+    assert golden and all("_real" in g for g in golden), golden
+    assert {"long", "range", "mamba1", "mamba2"} <= {r["id"].split("-")[-1].rstrip("]") for r in real
+                                                     if r["status"] == "pass" and r["layer"] == "differential"}
 
 
-def test_same_kernels_without_the_claims_fail(cli, tmp_path):
+def test_same_kernels_without_the_claims_fail_and_claims_excuse_nothing_else(cli, tmp_path):
+    """Without the claims each op fails. With them, what is still checked still fails: padding outputs
+    unspecified, yet a padding row written into the pool (RS-36: the pool is still checked); softplus
+    "always" and D required, yet a kernel that applies neither."""
     out = tmp_path / "out"
-    proc = cli("run", "--backend", "convention_backends:make_unconventional", "--ops", OPS, "--profile", "ci",
-               "--out", str(out), "--", "-k", PICK)
+    proc = cli("run", "--backend", "convention_backends:make_unconventional",
+               "--backend", "convention_backends:make_violating", "--ops", OPS, "--profile", "ci",
+               "--out", str(out), "--", "-k", "differential")
     assert proc.returncode == 1
-    failed = {r["op"] for r in _results(cli, out) if r["status"] in ("fail", "crash")}
-    assert failed == set(LIMITS), failed
-
-
-def test_claims_do_not_excuse_what_is_still_checked(cli, tmp_path):
-    """Padding outputs unspecified, yet a padding row written into the pool fails (RS-36: the pool is
-    still checked); softplus "always" and D required, yet a kernel that applies neither fails."""
-    out = tmp_path / "out"
-    proc = cli("run", "--backend", "convention_backends:make_violating", "--ops",
-               "causal_conv1d_update,selective_state_update", "--profile", "ci", "--out", str(out),
-               "--", "-k", "differential")
-    assert proc.returncode == 1
-    failed = [r for r in _results(cli, out) if r["status"] == "fail"]
-    conv = [r for r in failed if r["op"] == "causal_conv1d_update"]
+    failed = [r for r in _results(cli, out) if r["status"] in ("fail", "crash")]
+    assert {r["op"] for r in failed if r["backend"] == "unconventional"} == set(LIMITS)
+    violating = [r for r in failed if r["backend"] == "violating"]
+    conv = [r for r in violating if r["op"] == "causal_conv1d_update"]
     assert conv and all("padding_slots" in r["id"] for r in conv), [r["id"] for r in conv]
     assert any("conv_state" in r["message"] for r in conv)
-    assert any(r["op"] == "selective_state_update" for r in failed)
-
-
-def test_real_sizes_claimed_widen_every_draw(cli, tmp_path):
-    """head_dim {64} and state_size {128} claimed: every column draws them (none of the default 1 … 3), and
-    the real-size golden runs (issue 31: goldens at head dim 2 ran on no such backend)."""
-    out = tmp_path / "out"
-    proc = cli("run", "--backend", "convention_backends:make_real_sizes_only", "--ops", "selective_state_update",
-               "--profile", "ci", "--out", str(out), "--", "-k", PICK)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    results = _results(cli, out)
-    golden = [r for r in results if r["layer"] == "golden" and r["status"] == "pass"]
-    assert [r["id"] for r in golden] and all("_real" in r["id"] for r in golden)
-    assert {"long", "range", "mamba1", "mamba2"} <= {r["id"].split("-")[-1].rstrip("]") for r in results
-                                                     if r["status"] == "pass" and r["layer"] == "differential"}
+    assert {r["op"] for r in violating} == {"causal_conv1d_update", "selective_state_update"}
 
 
 def test_raising_on_every_call_is_not_call_history(cli, tmp_path):
