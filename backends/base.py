@@ -214,6 +214,8 @@ class Availability:
     ok: bool
     reason: str = ""     # why not, e.g. "torch is not installed"
     device: str = ""     # e.g. "cpu (Triton interpreter)", "NVIDIA H100", "cpu (Pallas TPU interpret mode)"
+    native: bool = False  # runs natively on an accelerator (GPU/TPU), not in an interpreter or on the CPU:
+                          # the `scale` profile (conformance/profiles.py) runs only such backends
 
 
 class Backend:
@@ -239,5 +241,6 @@ class Backend:
             "available": avail.ok,
             "reason": avail.reason,
             "device": avail.device,
+            "native": avail.native,
             "capabilities": {op: claims.to_json() for op, claims in self.capabilities().items()},
         }
