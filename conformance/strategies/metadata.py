@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from kvconform import reference
 from kvconform.backends.base import FEATURES, OpClaims
+from kvconform.reference import dtypes
 
 from .. import strided, tolerance
 from ..case import Case, PoisonRegion
@@ -532,10 +533,35 @@ def attention_csr_checks(case: Case, expected: dict, actual: dict) -> dict:
     return pa.attention_checks(shadow, expected, actual)
 
 
-def golden_requirements(case: Case) -> dict:
-    """What a metadata case's inputs use, in the words of a golden table's `requires`: the page size where
-    the op takes one (the metadata ops have no feature or dtype claims)."""
-    return {"page_size": int(case.inputs["page_size"])} if "page_size" in case.inputs else {}
+def uses(case: Case) -> tuple[set, dict]:
+    """What a metadata case's inputs use (conformance/goldens.py). The bookkeeping ops: no features, the
+    page size where the op takes one. Attention over the CSR layout (MD-23): the attention features its
+    inputs turn on (spec/paged_attention.md: a window, a cap, sinks, quantized pages and their per-head
+    [Hkv] or per-token [P, page_size, Hkv] scales, PA-48, query heads sharing a KV head) and its
+    dimensions: dtypes, page size, head dim, head counts, and the query and key lengths of each sequence
+    (an empty sequence is outside a claimed q_len >= 1)."""
+    x = case.inputs
+    if case.op != "ragged_paged_attention_csr":
+        return set(), ({"page_size": int(x["page_size"])} if "page_size" in x else {})
+    q, k = np.asarray(x["q"]), np.asarray(x["k_pages"])
+    hq, hkv = int(q.shape[1]), int(k.shape[2])
+    scale_dims = {np.ndim(x.get(name)) for name in ("k_scale", "v_scale") if x.get(name) is not None}
+    features = {f for f, on in (("sliding_window", x.get("sliding_window") is not None),
+                                ("soft_cap", x.get("soft_cap") is not None), ("sinks", x.get("sinks") is not None),
+                                ("quantized_kv", dtypes.is_quantized_dtype(k.dtype)), ("gqa", hq != hkv),
+                                ("per_head_scales", 1 in scale_dims), ("per_token_scales", 3 in scale_dims)) if on}
+    qo = np.asarray(x["qo_indptr"], np.int64)
+    table = block_table_inputs(x)
+    space = dict(dtype=dtypes.dtype_name(q.dtype), kv_dtype=dtypes.dtype_name(k.dtype), page_size=int(k.shape[1]),
+                 head_dim=int(q.shape[-1]), num_q_heads=hq, num_kv_heads=hkv, group_size=hq // hkv,
+                 num_seqs=int(len(qo) - 1), q_len=[int(n) for n in np.diff(qo)],
+                 kv_len=[int(n) for n in np.asarray(table["kv_lens"])])
+    return features, space
+
+
+#: what a case uses, per op (conformance/goldens.py)
+USES = {op: uses for op in ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "arena_layout",
+                            "slot_mapping_from_arena", "page_table_step", "ragged_paged_attention_csr")}
 
 
 # --- comparison contract (spec/numerics.md: class E) ------------------------------------------------

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvconform import reference
+from kvconform.conformance import goldens
 from kvconform.conformance.case import Case
+from kvconform.conformance.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import metadata as md
@@ -110,49 +112,72 @@ def golden_arena_layout():
     return case, ArenaLayout(a(16, 32, 48, 48, dtype=I64), np.array(52, I64), np.array(64, I64))
 
 
-#: name -> (builder, op, clauses, requires): builder() -> (case, expected); `requires` names exactly what the
-#: case's inputs use: the page size where the op takes one (md.golden_requirements derives it from the case,
-#: tests/engine/test_small_family_goldens.py compares). The metadata ops have no feature or dtype claims.
-GOLDENS = {
-    "block_table_to_csr": (golden_block_table_to_csr, "block_table_to_csr",
-                           ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6"), {"page_size": 2}),
-    "block_table_to_csr_16": (golden_block_table_to_csr_16, "block_table_to_csr",
-                              ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6"), {"page_size": 16}),
-    "csr_to_block_table": (golden_csr_to_block_table, "csr_to_block_table", ("MD-3", "MD-4", "MD-5"),
-                           {"page_size": 2}),
-    "csr_to_block_table_16": (golden_csr_to_block_table_16, "csr_to_block_table", ("MD-3", "MD-4", "MD-5"),
-                              {"page_size": 16}),
-    "append": (lambda: _append(APPEND_GOLDEN, APPEND_SLOTS, 4), "append_slot_mapping", ("MD-7",), {"page_size": 4}),
-    "append_16": (lambda: _append(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16), "append_slot_mapping", ("MD-7",),
-                  {"page_size": 16}),
-    "arena_layout": (golden_arena_layout, "arena_layout", ("MD-8", "MD-9"), {}),
-    "from_arena": (lambda: _from_arena(APPEND_GOLDEN, APPEND_SLOTS, 4), "slot_mapping_from_arena",
-                   ("MD-8", "MD-10"), {"page_size": 4}),
-    "from_arena_16": (lambda: _from_arena(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16), "slot_mapping_from_arena",
-                      ("MD-8", "MD-10"), {"page_size": 16}),
-}
+def golden_attention_csr():
+    """P = 2, one KV head, D = 2. Sequence 0: pages [1, 0], kv_len (2-1)*2 + 1 = 3, one query row at
+    position 2 with q = 0: equal weights over keys 0..2, out = mean(v) = ([3,0] + [0,3] + [3,3]) / 3
+    = [2, 2]; slot 1 of page 0 (past the last-page length) holds 100 and must not be read. Sequence 1
+    is empty with no rows (MD-3, MD-23)."""
+    k = np.zeros((2, 2, 1, 2), np.float32)
+    v = np.zeros((2, 2, 1, 2), np.float32)
+    v[1, 0, 0], v[1, 1, 0], v[0, 0, 0], v[0, 1, 0] = (3, 0), (0, 3), (3, 3), (100, 100)
+    case = Case("ragged_paged_attention_csr",
+                dict(q=np.zeros((1, 1, 2), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, 1),
+                     kv_indptr=a(0, 2, 2), kv_indices=a(1, 0), kv_last_page_len=a(1, 0)),
+                dict(dtype="float32", kv_dtype="float32", page_size=2, head_dim=2, hq=1, num_seqs=2, layout="csr"))
+    return case, np.array([[[2.0, 2.0]]])
 
 
-def _golden_test(op):
-    names = [n for n, g in GOLDENS.items() if g[1] == op]
+def golden_attention_csr_16():
+    """The same at real sizes: P = 16, one KV head, D = 128. Sequence 0: pages [1, 0], kv_len 16 + 1 = 17,
+    one query row at position 16 with q = 0: equal weights over keys 0..16, out = mean(v): v is zero but
+    for key 0 (page 1, slot 0) = 17 in dim 126 and key 16 (page 0, slot 0) = 34 in dim 127, so out is
+    zero but for dims 126, 127 = (17 / 17, 34 / 17) = (1, 2); slots 1..15 of page 0 hold 100 and must not
+    be read. Sequence 1 is empty with no rows (MD-3, MD-23)."""
+    P, D = 16, 128
+    k = np.zeros((2, P, 1, D), np.float32)
+    v = np.zeros((2, P, 1, D), np.float32)
+    v[0, 1:] = 100.0
+    v[1, 0, 0, D - 2], v[0, 0, 0, D - 1] = 17.0, 34.0
+    case = Case("ragged_paged_attention_csr",
+                dict(q=np.zeros((1, 1, D), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, 1),
+                     kv_indptr=a(0, 2, 2), kv_indices=a(1, 0), kv_last_page_len=a(1, 0)),
+                dict(dtype="float32", kv_dtype="float32", page_size=P, head_dim=D, hq=1, num_seqs=2, layout="csr"))
+    expected = np.zeros((1, 1, D))
+    expected[0, 0, D - 2:] = (1.0, 2.0)
+    return case, expected
 
-    @conformance_test(op=op, layer="golden", clauses=tuple(sorted({c for n in names for c in GOLDENS[n][2]})))
-    @pytest.mark.parametrize("name", names)
-    def test(kvc, name):
-        build, _, clauses, needs = GOLDENS[name]
-        kvc.cite(*clauses)
-        kvc.require(kvc.claims(), **needs)
-        case, expected = build()
-        kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
-    test.__name__ = f"test_{op}_golden"
-    return test
 
+_MD = ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6")
+#: every golden requires exactly what its case uses (md.USES: the page size where the op takes one, the
+#: attention features and dimensions of the CSR call; tests/engine/test_golden_requirements.py checks)
+GOLDENS = (
+    Golden("block_table_to_csr", "block_table_to_csr", goldens.fixed(golden_block_table_to_csr), _MD),
+    Golden("block_table_to_csr_16", "block_table_to_csr", goldens.fixed(golden_block_table_to_csr_16), _MD),
+    Golden("csr_to_block_table", "csr_to_block_table", goldens.fixed(golden_csr_to_block_table),
+           ("MD-3", "MD-4", "MD-5")),
+    Golden("csr_to_block_table_16", "csr_to_block_table", goldens.fixed(golden_csr_to_block_table_16),
+           ("MD-3", "MD-4", "MD-5")),
+    Golden("append", "append_slot_mapping", goldens.fixed(lambda: _append(APPEND_GOLDEN, APPEND_SLOTS, 4)), ("MD-7",)),
+    Golden("append_16", "append_slot_mapping",
+           goldens.fixed(lambda: _append(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16)), ("MD-7",)),
+    Golden("arena_layout", "arena_layout", goldens.fixed(golden_arena_layout), ("MD-8", "MD-9")),
+    Golden("from_arena", "slot_mapping_from_arena", goldens.fixed(lambda: _from_arena(APPEND_GOLDEN, APPEND_SLOTS, 4)),
+           ("MD-8", "MD-10")),
+    Golden("from_arena_16", "slot_mapping_from_arena",
+           goldens.fixed(lambda: _from_arena(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16)), ("MD-8", "MD-10")),
+    Golden("attention_csr", "ragged_paged_attention_csr", goldens.fixed(golden_attention_csr), ("MD-3", "MD-23")),
+    Golden("attention_csr_16", "ragged_paged_attention_csr", goldens.fixed(golden_attention_csr_16),
+           ("MD-3", "MD-23")),
+)
 
-test_block_table_to_csr_golden = _golden_test("block_table_to_csr")
-test_csr_to_block_table_golden = _golden_test("csr_to_block_table")
-test_append_slot_mapping_golden = _golden_test("append_slot_mapping")
-test_arena_layout_golden = _golden_test("arena_layout")
-test_slot_mapping_from_arena_golden = _golden_test("slot_mapping_from_arena")
+test_block_table_to_csr_golden = goldens.suite_test("block_table_to_csr", GOLDENS, md.USES["block_table_to_csr"])
+test_csr_to_block_table_golden = goldens.suite_test("csr_to_block_table", GOLDENS, md.USES["csr_to_block_table"])
+test_append_slot_mapping_golden = goldens.suite_test("append_slot_mapping", GOLDENS, md.USES["append_slot_mapping"])
+test_arena_layout_golden = goldens.suite_test("arena_layout", GOLDENS, md.USES["arena_layout"])
+test_slot_mapping_from_arena_golden = goldens.suite_test("slot_mapping_from_arena", GOLDENS,
+                                                         md.USES["slot_mapping_from_arena"])
+test_attention_csr_golden = goldens.suite_test("ragged_paged_attention_csr", GOLDENS,
+                                               md.USES["ragged_paged_attention_csr"])
 
 
 def _manager_script():
@@ -217,7 +242,8 @@ def _manager_script_16():
 
 MANAGER_CLAUSES = ("MD-11", "MD-12", "MD-13", "MD-14", "MD-15", "MD-16", "MD-17", "MD-18", "MD-19", "MD-20",
                    "MD-21")
-#: name -> script builder; each requires its page size only (the first value the builder returns)
+#: name -> script builder: a script of calls, each carrying the backend's state on, so not one `Golden`
+#: (goldens.py); each requires what its first call uses (md.USES: its page size)
 MANAGER_GOLDENS = {"script": _manager_script, "script_16": _manager_script_16}
 
 
@@ -227,8 +253,8 @@ def test_page_table_step_golden(kvc, name):
     """A hand-worked script; each step compares the fields worked out here, then the whole step with the
     reference, and carries the backend's own state forward."""
     P, pages, script = MANAGER_GOLDENS[name]()
-    kvc.require(kvc.claims(), page_size=P)
     state = reference.empty_page_table(pages)
+    kvc.require(kvc.claims(), **md.USES["page_table_step"](md.step_case(state, P, script[0][0], step=0))[1])
     for i, (cmd, fields) in enumerate(script):
         case = md.step_case(state, P, cmd, step=i)
         out = kvc.call(case)
@@ -451,23 +477,6 @@ test_page_table_step_rejects = _errors("page_table_step")
 
 
 # --- MD-23: attention over the CSR layout ------------------------------------------------------------
-
-@conformance_test(op="ragged_paged_attention_csr", layer="golden", clauses=("MD-3", "MD-23"))
-def test_attention_csr_golden(kvc):
-    """P = 2, one KV head, D = 2. Sequence 0: pages [1, 0], kv_len (2-1)*2 + 1 = 3, one query row at
-    position 2 with q = 0: equal weights over keys 0..2, out = mean(v) = ([3,0] + [0,3] + [3,3]) / 3
-    = [2, 2]; slot 1 of page 0 (past the last-page length) holds 100 and must not be read. Sequence 1
-    is empty with no rows."""
-    kvc.require(kvc.claims(), dtype="float32", kv_dtype="float32", page_size=2, head_dim=2)
-    k = np.zeros((2, 2, 1, 2), np.float32)
-    v = np.zeros((2, 2, 1, 2), np.float32)
-    v[1, 0, 0], v[1, 1, 0], v[0, 0, 0], v[0, 1, 0] = (3, 0), (0, 3), (3, 3), (100, 100)
-    case = Case("ragged_paged_attention_csr",
-                dict(q=np.zeros((1, 1, 2), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, 1),
-                     kv_indptr=a(0, 2, 2), kv_indices=a(1, 0), kv_last_page_len=a(1, 0)),
-                dict(dtype="float32", kv_dtype="float32", page_size=2, head_dim=2, hq=1, num_seqs=2, layout="csr"))
-    kvc.expect(case, kvc.call(case), np.array([[[2.0, 2.0]]]), what="hand-worked value")
-
 
 @conformance_test(op="ragged_paged_attention_csr", layer="differential", clauses=("MD-2", "MD-3", "MD-4", "MD-23"))
 @pytest.mark.parametrize("variant", md.csr_attention_variants(), ids=str)
