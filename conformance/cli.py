@@ -478,7 +478,7 @@ def _replay_once(case, meta: dict, before: list, expected, worker) -> tuple[str,
     from .worker import BackendCrash, BackendDeclined, BackendError, BackendProtocolError, EngineError
     try:
         for earlier in before:   # a call-history failure: the calls that came first, in order
-            worker.call(earlier.op, earlier.inputs)
+            worker.call(earlier.op, earlier.inputs, layouts=layouts_of(earlier))
         actual, mutated = worker.call(case.op, case.inputs, layouts=layouts_of(case))
     except BackendCrash as exc:
         return "crash", [f"  CRASH: {visible(exc)}"] + _printed(worker)
