@@ -4,7 +4,9 @@ pytest's own `--junitxml` holds only the tests of its last session: after `kvcon
 was the resumed part alone, while report.json had all results (and a killed run left none). Rendered from
 the same records as report.json, the two always agree. One `testcase` per result, with the properties
 `kvc_backend`, `kvc_op`, `kvc_layer`, `kvc_status`, `kvc_clauses`; fail and crash are `failure`, error is
-`error`, unsupported, skip and xfail are `skipped` (as pytest's xunit1 files had them).
+`error`, unsupported, skip and xfail are `skipped` (as pytest's xunit1 files had them). Each reason the gate
+gives for NOT CHECKED (gate.py) is one more testcase, classname `kvconform.gate`, with an `error`, so a CI
+that reads only junit.xml cannot see green where the gate is not.
 """
 from __future__ import annotations
 
@@ -45,14 +47,24 @@ def _testcase(record: dict) -> ET.Element:
     return case
 
 
+def _not_checked(item: dict) -> ET.Element:
+    name = ": ".join(x for x in (item["kind"], item.get("backend"), item.get("op")) if x)
+    case = ET.Element("testcase", classname="kvconform.gate", name=_text(f"not checked: {name}"), time="0")
+    element = ET.SubElement(case, "error", type="not-checked", message=_text(f"NOT CHECKED {item['message']}"))
+    element.text = _text(item["message"])
+    return case
+
+
 def render(report: dict) -> str:
     results = report["results"]
+    gate_items = (report.get("gate") or {}).get("not_checked", [])
     outcomes = Counter(OUTCOME.get(r["status"]) for r in results)
-    suite = ET.Element("testsuite", name="kvconform", tests=str(len(results)),
-                       failures=str(outcomes["failure"]), errors=str(outcomes["error"]),
+    suite = ET.Element("testsuite", name="kvconform", tests=str(len(results) + len(gate_items)),
+                       failures=str(outcomes["failure"]), errors=str(outcomes["error"] + len(gate_items)),
                        skipped=str(outcomes["skipped"]),
                        time=f"{sum(r.get('duration') or 0 for r in results):.3f}")
     suite.extend(_testcase(r) for r in results)
+    suite.extend(_not_checked(item) for item in gate_items)
     root = ET.Element("testsuites", name="kvconform")
     root.append(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
