@@ -241,8 +241,8 @@ def cmd_run(args) -> int:
             expectations.load([path])
         except expectations.ExpectationError as exc:
             raise UsageError(f"argument --expectations: {exc}") from None
-    out = _check_out(args.out)
     specs = _named_backends(args.backend, "run")
+    out = _check_out(args.out)
     timeout = args.timeout or profile.call_timeout
     if not specs:
         specs = _runnable_here(timeout)

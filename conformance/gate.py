@@ -93,9 +93,9 @@ def judge(records: list[dict], backends: dict, *, ops=None, suite_ops=None, sele
     if by_hand:
         warnings, coverage = coverage, []
     not_checked += coverage
-    keys = {(r["kind"], r.get("backend"), r.get("op")) for r in not_checked}
+    keys = {_key(r) for r in not_checked}
     for item in extra:
-        key = (item["kind"], item.get("backend"), item.get("op"))
+        key = _key(item)
         if key not in keys:
             keys.add(key)
             not_checked.append(dict(item))
@@ -103,6 +103,14 @@ def judge(records: list[dict], backends: dict, *, ops=None, suite_ops=None, sele
     return {"exit_code": code, "verdict": VERDICT[code], "failures": len(failures), "not_checked": not_checked,
             "warnings": warnings, "selected": selected, "by_hand": by_hand,
             "suite_ops": sorted(suite_ops) if suite_ops is not None else None}
+
+
+def _key(item: dict) -> tuple:
+    """What makes two reasons the same: a backend's problem or its errors are one reason per backend (a
+    merge recomputes them and carries its parts' only where it has none); others, their words."""
+    if item["kind"] in ("backend", "errors"):
+        return item["kind"], item.get("backend")
+    return item["kind"], item["message"]
 
 
 def _coverage(records, usable: dict, ops, suite_ops, *, all_usable: bool, known_ops) -> list[dict]:
