@@ -181,6 +181,10 @@ def check_backend(spec: str, *, timeout: float = 120.0) -> Check:
             except BackendProtocolError as exc:
                 check.findings.append(Finding(op, f"{exc} on {case.shape_summary()}"))
                 continue
+            except Exception as exc:  # noqa: BLE001 - a result the engine cannot read: one line, no traceback
+                check.findings.append(Finding(op, f"returned a result the engine could not read ({type(exc).__name__}: "
+                                                  f"{exc}) on {case.shape_summary()}"))
+                continue
             if mutated:
                 check.findings.append(Finding(op, f"modified or aliased its inputs: {', '.join(mutated)}"))
             try:

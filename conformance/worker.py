@@ -362,7 +362,8 @@ class Worker:
         round_trip = time.monotonic() - started
         self.last_timing = CallTiming(backend_seconds, guard_seconds,
                                       max(0.0, round_trip - backend_seconds - guard_seconds))
-        if isinstance(result, tuple) and len(result) == 3 and result[0] == "__namedtuple__":
+        if isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], str) \
+                and result[0] == "__namedtuple__":   # not a plain 3-tuple of arrays
             from collections import namedtuple
             result = namedtuple("Result", result[1])(*result[2])
         return result, mutated

@@ -297,3 +297,16 @@ class ReturnsNone(_OnlyWriteKv):
 
 def make_returns_none():
     return ReturnsNone()
+
+
+class ReturnsThreeFields(_OnlyWriteKv):
+    """A plain tuple of three arrays where the reference returns two fields."""
+    name = "returns-three"
+
+    def write_kv(self, *args, **kw):
+        pools = reference.write_kv(*args, **kw)
+        return (pools.k_pages, pools.v_pages, pools.v_pages.copy())
+
+
+def make_returns_three_fields():
+    return ReturnsThreeFields()

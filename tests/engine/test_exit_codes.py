@@ -163,9 +163,12 @@ def test_check_backend_says_what_it_could_not_check(cli):
 @pytest.mark.parametrize("factory, code, words", [
     ("make_returns_none", 1, "WRONG write_kv: returns-none returned None, expected a numpy array"),
     ("make_availability_raises", 3, "its claims cannot be used: describe() raised RuntimeError: driver not"),
+    ("make_returns_three_fields", 1, "returned fields ['output0', 'output1', 'output2'], the reference returns "
+                                     "['k_pages', 'v_pages']"),
 ])
 def test_check_backend_findings_are_lines(factory, code, words):
-    """A backend returning None, and availability() raising, gave tracebacks in check-backend."""
+    """A backend returning None or a plain 3-tuple, and availability() raising, gave tracebacks in
+    check-backend."""
     from kvconform.conformance.backend_check import check_backend
     check = check_backend(f"fault_backends:{factory}", timeout=60)
     assert check.exit_code == code
