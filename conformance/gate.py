@@ -48,8 +48,8 @@ def backend_problem(description: dict) -> str:
 
 
 def reason(kind: str, message: str, backend: str | None = None, op: str | None = None) -> dict:
-    """One not-checked reason: `kind` (backend, errors, no-tests, op, ops, shard, report, or one a caller
-    adds: interrupted, disk-full), the backend and op it concerns, and the line shown to people."""
+    """One not-checked reason: `kind` (backend, errors, engine, no-tests, op, ops, shard, report, or one a
+    caller adds: interrupted, disk-full), the backend and op it concerns, and the line shown to people."""
     return {"kind": kind, "backend": backend, "op": op, "message": message}
 
 

@@ -72,6 +72,7 @@ class RunState:
         self.names: dict[str, str] = dict(inherited.get("kvc_names", {}))
         self.records: list[dict] = []         # this session's records (controller), for the gate
         self.foreign_failures = False         # a failed test that is not a conformance test
+        self.lost: list[dict] = []            # engine trouble the records cannot show (gate reasons)
         self.selected: int | None = None      # conformance tests selected before sharding and resuming
         self.suite_ops: set[str] | None = None
         self.by_hand = _selected_by_hand(config)
@@ -450,12 +451,28 @@ def pytest_runtest_logreport(report):
         return
     values = [value for name, value in report.user_properties if name == "kvconform"]
     if not values and report.failed:
-        state.foreign_failures = True   # not a conformance test (or its record was lost): never green
+        if "kvconform" in getattr(report, "keywords", {}):   # a suite test without its record (a dead
+            state.lost.append(gate.reason(                   # pytest-xdist worker): the engine's trouble
+                "engine", f"{report.nodeid}: no result was recorded ({_first_line(report)})"))
+        else:
+            state.foreign_failures = True   # a test outside the suite failed: never green
     for value in values:
         state.records.append(json.loads(value))
         if state.out is not None:
             with open(state.results_path, "a") as fh:   # one line per test, flushed at once
                 fh.write(value + "\n")
+
+
+def pytest_collectreport(report):
+    config = _CONFIG.get("config")
+    if config is not None and report.failed and config._kvconform.controller:
+        config._kvconform.lost.append(gate.reason(
+            "engine", f"the suite could not be collected: {report.nodeid or 'session'}: {_first_line(report)}"))
+
+
+def _first_line(report) -> str:
+    lines = [line for line in str(getattr(report, "longreprtext", "") or report.longrepr).splitlines() if line.strip()]
+    return lines[-1].strip().removeprefix("E ").strip()[:300] if lines else "no detail"
 
 
 _CONFIG: dict = {}
@@ -475,10 +492,10 @@ def pytest_sessionfinish(session, exitstatus):
     if not state.controller:
         return
     from .report import build
-    report, extra = None, []
+    report, extra = None, list(state.lost)
     if state.out is not None and state.results_path.exists():
         try:
-            report = build.write_all(state.out, session=state.session_facts())
+            report = build.write_all(state.out, session=state.session_facts(extra))
         except Exception as exc:  # a report bug or a full disk must not hide the test results
             session.config._kvconform_report_error = f"{type(exc).__name__}: {exc}"
             extra.append(gate.reason("report", f"the reports could not be written ({type(exc).__name__}: {exc})"))
@@ -489,7 +506,10 @@ def pytest_sessionfinish(session, exitstatus):
         report = build.assemble(records, backends=backends, run={"profile": state.profile.name, "ops": state.ops},
                                 session=state.session_facts(extra))
     state.gate = report["gate"]
-    session.exitstatus = gate.combine(int(exitstatus), state.gate, foreign_failures=state.foreign_failures)
+    status = int(exitstatus)
+    if status == pytest.ExitCode.INTERRUPTED and state.lost and not state.records:
+        status = pytest.ExitCode.TESTS_FAILED   # "interrupted" by collection errors, not by a signal
+    session.exitstatus = gate.combine(status, state.gate, foreign_failures=state.foreign_failures)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -148,6 +148,18 @@ def test_zero_selected_tests_are_not_checked(cli, tmp_path):
     assert "no test was selected" in (out / "junit.xml").read_text()
 
 
+def test_a_suite_that_cannot_be_collected_is_not_checked(cli, tmp_path):
+    """pytest ends a session whose collection failed as "interrupted" (2): `kvconform run` exited 2, the
+    code of bad command-line input; it is NOT CHECKED, saying why."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_broken.py").write_text("import kvconform_no_such_module\n")
+    proc = cli("run", "--backend", "numpy", "--suite", str(suite), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 3, proc.stdout[-2000:]
+    assert "NOT CHECKED the suite could not be collected: " in proc.stdout
+    assert "ModuleNotFoundError: No module named 'kvconform_no_such_module'" in proc.stdout
+
+
 def test_check_backend_says_what_it_could_not_check(cli):
     """check-backend exits 3 with one line for a backend that cannot load (was a silent 0 for os._exit)
     and names every claims problem (was "no problem found" for an unknown feature and layout)."""
