@@ -193,7 +193,9 @@ def check_backend(spec: str, *, timeout: float = 120.0) -> Check:
                 check.findings.append(Finding(op, f"returned a result that cannot be compared with the reference's "
                                                   f"({type(exc).__name__}: {exc}) on {case.shape_summary()}"))
                 continue
-            if bad:
+            if bad and bad[0].kind == "structure":    # nothing compared: the fields do not match (protocol.py)
+                check.findings.append(Finding(op, f"{bad[0].problem} on {case.shape_summary()}"))
+            elif bad:
                 check.findings.append(Finding(op, f"differs from the reference on {case.shape_summary()}: "
                                                   + "; ".join(r.summary() for r in bad)))
             else:

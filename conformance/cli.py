@@ -216,6 +216,28 @@ def _clamp_jobs(jobs: int, specs: list[str], ops: list[str] | None, suite: Path,
     return clamped
 
 
+def _native_backends(specs: list[str], profile: str, *, chosen: bool, timeout: float) -> list[str]:
+    """The backends of a native-only profile: each named one must run natively on an accelerator
+    (`Availability.native`, read from its description, loaded in its worker and handed over to the run);
+    without --backend, those of the found ones that do. A backend that cannot be loaded stays in: the
+    run reports it NOT CHECKED."""
+    from . import loading
+    native = []
+    for spec, item in loading.load_all(specs, timeout=timeout).items():
+        loading.hand_over(item)
+        desc = item.description
+        if desc.get("native") or desc.get("load_error") or desc.get("claims_error"):
+            native.append(spec)
+        elif chosen:
+            raise UsageError(f"profile {profile} runs natively on a GPU or TPU only: backend {spec!r} runs on "
+                             f"{desc.get('device') or 'the CPU'} here (profile scale-smoke runs the "
+                             f"same tests at small sizes anywhere)")
+    if not native:
+        raise UsageError(f"profile {profile} runs natively on a GPU or TPU only: no backend found here does "
+                         f"(see `kvconform list`)")
+    return native
+
+
 def cmd_run(args) -> int:
     from . import expectations, profiles
     if args.profile not in profiles.PROFILES:
@@ -249,7 +271,9 @@ def cmd_run(args) -> int:
         if not specs:
             print("kvconform run: NOT CHECKED no backend can run here (see `kvconform list`)", flush=True)
             return EXIT_NOT_CHECKED
-    suite = Path(args.suite) if args.suite else Path(__file__).resolve().parent / "suite"
+    if profile.native_only:
+        specs = _native_backends(specs, profile.name, chosen=bool(args.backend), timeout=timeout)
+    suite = Path(args.suite) if args.suite else Path(__file__).resolve().parent / profile.suite
     jobs = _clamp_jobs(args.jobs, specs, ops, suite, _cpus())
     ini = out / ".pytest.ini"
     ini.write_text("[pytest]\n")
