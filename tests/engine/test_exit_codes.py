@@ -173,10 +173,9 @@ def test_check_backend_says_what_it_could_not_check(cli):
 
 
 @pytest.mark.parametrize("factory, code, words", [
-    ("make_returns_none", 1, "WRONG write_kv: returns-none returned None, expected a numpy array"),
+    ("make_returns_none", 1, "write_kv: returned None, expected an array"),
     ("make_availability_raises", 3, "its claims cannot be used: describe() raised RuntimeError: driver not"),
-    ("make_returns_three_fields", 1, "returned fields ['output0', 'output1', 'output2'], the reference returns "
-                                     "['k_pages', 'v_pages']"),
+    ("make_returns_three_fields", 1, "write_kv: returned 3 fields, the reference returns 2 fields (k_pages, v_pages)"),
 ])
 def test_check_backend_findings_are_lines(factory, code, words):
     """A backend returning None or a plain 3-tuple, and availability() raising, gave tracebacks in
@@ -184,8 +183,8 @@ def test_check_backend_findings_are_lines(factory, code, words):
     from kvconform.conformance.backend_check import check_backend
     check = check_backend(f"fault_backends:{factory}", timeout=60)
     assert check.exit_code == code
-    text = "\n".join([f"WRONG {f.op}: {f.problem}" for f in check.findings] + check.not_checked)
-    assert words.removeprefix("WRONG ").replace("returns-none ", "") in text.replace("returns-none ", ""), text
+    text = "\n".join([f"{f.op}: {f.problem}" for f in check.findings] + check.not_checked)
+    assert words in text, text
 
 
 # --- bad invocation: one line, exit 2, nothing run --------------------------------------------------
