@@ -82,7 +82,9 @@ def load_all(specs, *, timeout: float, isolated: bool = True) -> dict[str, Loade
     specs = list(dict.fromkeys(specs))
     if len(specs) <= 1 or not isolated:
         return {spec: load(spec, timeout=timeout, isolated=isolated) for spec in specs}
-    with ThreadPoolExecutor(max_workers=min(len(specs), max(2, os.cpu_count() or 1))) as pool:
+    # most of a load is waiting (a spawned process importing; a hang until the timeout): more threads
+    # than CPUs keep a hanging backend from holding up the others
+    with ThreadPoolExecutor(max_workers=min(len(specs), max(4, os.cpu_count() or 1))) as pool:
         loaded = list(pool.map(lambda s: load(s, timeout=timeout), specs))
     return dict(zip(specs, loaded))
 
