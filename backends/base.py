@@ -84,6 +84,9 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 }
 #: `OpClaims.limits` keys the strategies read (constraint claims, conformance/strategies/constraints.py)
 _KV_SHAPE = ("num_kv_heads", "head_dim", "page_size", "max_pages")
+_SSM_SIZES = ("num_heads", "head_dim", "state_size", "num_groups")       # H, P (Mamba1: D), N, G
+_SSM_CONVENTIONS = ("padding_outputs", "dt_softplus", "required_inputs")
+_LINEAR_SIZES = ("num_qk_heads", "num_heads", "key_dim", "value_dim")    # Hk (GDN), H, K, V
 LIMITS: dict[str, tuple[str, ...]] = {
     "ragged_paged_attention": ("split_kv_min_keys", "max_head_dim", "q_len", "num_q_heads", "group_size",
                                "max_kv_len", "max_num_seqs", "dtype_pairs", "num_shards") + _KV_SHAPE,
@@ -92,23 +95,50 @@ LIMITS: dict[str, tuple[str, ...]] = {
                                    "max_kv_len", "max_num_seqs", "dtype_pairs") + _KV_SHAPE,
     "rotate_keys": _KV_SHAPE,
     "shift_keys": _KV_SHAPE,
-    "causal_conv1d_update": ("min_width", "max_num_seqs"),
-    "selective_state_update": ("max_num_seqs",),
-    "ssd_chunked_scan": ("max_num_seqs",),
-    "rwkv6_wkv": ("max_num_seqs",),
-    "gated_delta_rule_update": ("max_num_seqs",),
-    "gated_delta_rule_chunked": ("max_num_seqs",),
+    # recurrent sizes (size constraints) and conventions (CONVENTIONS below); spec/recurrent.md section 6
+    "causal_conv1d_update": ("min_width", "max_num_seqs", "width", "channels", "padding_outputs"),
+    "selective_state_update": ("max_num_seqs",) + _SSM_SIZES + _SSM_CONVENTIONS,
+    "ssd_chunked_scan": ("max_num_seqs", "seq_len") + _SSM_SIZES + _SSM_CONVENTIONS,
+    "rwkv6_wkv": ("max_num_seqs", "seq_len") + _LINEAR_SIZES[1:] + ("equal_key_value_dims", "padding_outputs"),
+    "gated_delta_rule_update": ("max_num_seqs",) + _LINEAR_SIZES + ("equal_key_value_dims", "padding_outputs"),
+    "gated_delta_rule_chunked": ("max_num_seqs", "seq_len") + _LINEAR_SIZES
+    + ("equal_key_value_dims", "padding_outputs"),
     # head_dims claims the latent dims d_c (spec/mla.md ML-1); one KV head, so no KV-head limits
     "mla_paged_attention": ("q_len", "num_q_heads", "max_kv_len", "max_num_seqs", "page_size", "max_pages",
                             "dtype_pairs"),
 }
 
 
+#: Convention claims: limits that are not sizes but a choice a real kernel made that the spec leaves open
+#: (spec/recurrent.md RS-36 … RS-40), with the values each may take. A convention narrows what is drawn or
+#: compared; it never loosens a tolerance.
+CONVENTIONS: dict[str, tuple[Any, ...]] = {
+    "padding_outputs": ("unspecified",),            # RS-36: padding rows' outputs are not compared
+    "dt_softplus": ("always",),                     # RS-37: softplus applied to dt on every call
+    "required_inputs": ("D", "dt_bias"),            # RS-38: a list of these, always passed
+    "equal_key_value_dims": (True,),                # RS-40: K == V
+}
+
+
+def convention_problem(name: str, value: Any) -> str | None:
+    """Why `value` is not a valid claim of the convention `name` (None: valid, or not a convention)."""
+    allowed = CONVENTIONS.get(name)
+    if allowed is None:
+        return None
+    if name == "required_inputs":
+        if isinstance(value, (list, tuple)) and value and all(v in allowed for v in value):
+            return None
+        return f"limit required_inputs must be a non-empty list of {list(allowed)}, got {value!r}"
+    if any(value == a and type(value) is type(a) for a in allowed):
+        return None
+    return f"limit {name} must be one of {list(allowed)}, got {value!r}"
+
+
 #: Limits whose value is not a size constraint (strategies/constraints.py): "count", a plain integer >= 1
 #: (a threshold or a bound the strategies read as is); "dtype_pairs", a list of [activation, KV] dtype-name
 #: pairs. Every other registered limit is a size constraint: an int >= 1 (upper bound) or a dict with the
-#: keys of SIZE_CONSTRAINT_KEYS. A new limit of another kind must be added here, or its values are judged
-#: as a size constraint.
+#: keys of SIZE_CONSTRAINT_KEYS. Conventions (CONVENTIONS) are judged by convention_problem. A new limit of
+#: another kind must be added here, or its values are judged as a size constraint.
 LIMIT_KINDS: dict[str, str] = {"split_kv_min_keys": "count", "max_head_dim": "count", "min_width": "count",
                                "dtype_pairs": "dtype_pairs"}
 #: the keys of a dict size constraint: {"values": [int, ...]}, {"multiple_of": int}, {"min": int, "max": int}
@@ -168,6 +198,8 @@ def size_constraint_problem(value) -> str | None:
 
 
 def _limit_problem(name: str, value) -> str | None:
+    if name in CONVENTIONS:
+        return convention_problem(name, value)
     kind = LIMIT_KINDS.get(name, "size")
     if kind == "count":
         return None if _is_int(value) and value >= 1 else f"must be an integer >= 1, got {value!r}"

@@ -3,10 +3,11 @@
 pytest's own `--junitxml` holds only the tests of its last session: after `kvconform run --resume` that
 was the resumed part alone, while report.json had all results (and a killed run left none). Rendered from
 the same records as report.json, the two always agree. One `testcase` per result, with the properties
-`kvc_backend`, `kvc_op`, `kvc_layer`, `kvc_status`, `kvc_clauses`; fail and crash are `failure`, error is
-`error`, unsupported, skip and xfail are `skipped` (as pytest's xunit1 files had them). Each reason the gate
-gives for NOT CHECKED (gate.py) is one more testcase, classname `kvconform.gate`, with an `error`, so a CI
-that reads only junit.xml cannot see green where the gate is not.
+`kvc_backend`, `kvc_op`, `kvc_layer`, `kvc_status`, `kvc_clauses`; fail, crash and flaky are `failure`,
+error is `error`, unsupported, skip and xfail are `skipped` (as pytest's xunit1 files had them). Each reason
+the gate gives for NOT CHECKED (gate.py) is one more testcase, classname `kvconform.gate`, with an `error`;
+a partial run (interrupted, cut short) is the testcase `kvconform.run`, with an `error` saying so. A CI
+that reads only junit.xml cannot see green where the gate is not. Control characters are written as escapes.
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-OUTCOME = {"fail": "failure", "crash": "failure", "error": "error",
+from ..backend_text import visible
+
+OUTCOME = {"fail": "failure", "crash": "failure", "flaky": "failure", "error": "error",
            "unsupported": "skipped", "skip": "skipped", "xfail": "skipped"}
 
 #: characters XML 1.0 cannot hold (control characters of ANSI-coloured backend output, say)
@@ -22,7 +25,7 @@ _NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ff
 
 
 def _text(value) -> str:
-    return _NOT_XML.sub("?", str(value))
+    return _NOT_XML.sub("?", visible(value))
 
 
 def _names(test_id: str) -> tuple[str, str]:
@@ -64,14 +67,19 @@ def _not_checked(item: dict) -> ET.Element:
 
 def render(report: dict) -> str:
     results = report["results"]
-    gate_items = (report.get("gate") or {}).get("not_checked", [])
+    # a partial run is a reason of the gate too; its testcase is `kvconform.run`
+    gate_items = [r for r in (report.get("gate") or {}).get("not_checked", []) if r["kind"] != "partial"]
+    extra = len(gate_items) + bool(report.get("partial"))
     outcomes = Counter(_outcome(r) for r in results)
-    suite = ET.Element("testsuite", name="kvconform", tests=str(len(results) + len(gate_items)),
-                       failures=str(outcomes["failure"]), errors=str(outcomes["error"] + len(gate_items)),
+    suite = ET.Element("testsuite", name="kvconform", tests=str(len(results) + extra),
+                       failures=str(outcomes["failure"]), errors=str(outcomes["error"] + extra),
                        skipped=str(outcomes["skipped"]),
                        time=f"{sum(r.get('duration') or 0 for r in results):.3f}")
     suite.extend(_testcase(r) for r in results)
     suite.extend(_not_checked(item) for item in gate_items)
+    if report.get("partial"):
+        case = ET.SubElement(suite, "testcase", classname="kvconform", name="run", time="0")
+        ET.SubElement(case, "error", message=_text("partial run: " + report["partial"])).text = _text(report["partial"])
     root = ET.Element("testsuites", name="kvconform")
     root.append(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
