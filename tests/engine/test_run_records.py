@@ -411,4 +411,8 @@ def test_a_merge_of_a_partial_shard_is_partial():
                          run={"shard": "2/2", "status": "interrupted", "stopped": "interrupted by SIGTERM"})
     assert whole["partial"] is None and cut["partial"].startswith("interrupted by SIGTERM: 1 results recorded")
     assert build.merge([whole, cut])["partial"].startswith("shard 2/2: interrupted by SIGTERM")
-    assert build.merge([whole, whole])["partial"] is None
+    rest = build.assemble([dict(record, id="t::b")], backends={}, run={"shard": "2/2", "status": "complete"})
+    assert build.merge([whole, rest])["partial"] is None
+    # the gate: a partial run, or a merge holding one, is never green (gate.py: NOT CHECKED)
+    assert cut["gate"]["exit_code"] == 3 and whole["gate"]["exit_code"] == 0
+    assert build.merge([whole, cut])["gate"]["exit_code"] == 3 and build.merge([whole, rest])["gate"]["exit_code"] == 0
