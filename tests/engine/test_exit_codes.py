@@ -373,3 +373,13 @@ def test_every_row_of_the_exit_code_table_names_a_test_that_exists():
         assert names, row
         for name in names:
             assert f"def {name}" in tests, (name, row)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["report", "--help"]])
+def test_help_lists_the_exit_codes(argv, capsys):
+    """`kvconform --help` (and run's, report's) list the exit codes of the README's table."""
+    assert cli_module.main(argv) == 0
+    out = capsys.readouterr().out
+    for line in ("0    every claimed case was checked", "1    at least one failure", "2    bad invocation",
+                 "3    NOT CHECKED", "130  interrupted by SIGINT", "143  interrupted by SIGTERM"):
+        assert line in out, (argv, out)
