@@ -51,12 +51,13 @@ class PallasBackend(Backend):
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 layouts=("combined",),
                 features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
-                          "per_head_scales") + sharding[0],
+                          "per_head_scales", "per_token_scales") + sharding[0],
                 limits={"max_head_dim": MAX_HEAD_DIM, **sharding[1]}),
             # MD-23: the block-table kernel reading the CSR arrays; no per-token scores in MD-23
             "ragged_paged_attention_csr": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
-                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "gqa", "per_head_scales"),
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "gqa", "per_head_scales",
+                          "per_token_scales"),
                 limits={"max_head_dim": MAX_HEAD_DIM}),
             "slot_mapping_from_arena": OpClaims(dtypes=("int32",), kv_dtypes=("uint8",)),
             "append_slot_mapping": OpClaims(dtypes=("int32",), kv_dtypes=("int32",)),
@@ -117,8 +118,8 @@ class PallasBackend(Backend):
             raise Unsupported(f"num_shards={call.num_shards}: this process has devices for shard counts "
                               f"{list(shard_counts())} only (CPU devices are set before jax is imported)")
         T, D = np.shape(q)[0], np.shape(q)[2]
-        q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, kv_layout, return_scores,
-                                                                min_seqs=MIN_SEQS)
+        q_k, kv_k, scales, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, kv_layout, return_scores,
+                                                                        min_seqs=MIN_SEQS)
         page_size = call.k_pages.shape[1]
         S, pps = call.page_indices.shape
         s_pad, pps_pad = cu.shape[0] - 1, pow2(pps, MIN_PAGES)
@@ -127,10 +128,10 @@ class PallasBackend(Backend):
         if call.num_shards > 1:
             from .sharding import sharded_attention
             release_if_needed()
-            result = sharded_attention(*args, num_shards=call.num_shards, pages_per_seq=pps_pad, cfg=cfg,
+            result = sharded_attention(*args, scales, num_shards=call.num_shards, pages_per_seq=pps_pad, cfg=cfg,
                                        interpret=interpret_params())
         else:
-            result = kernel("attention")(*args, pages_per_seq=pps_pad, cfg=cfg, interpret=interpret_params())
+            result = kernel("attention")(*args, scales, pages_per_seq=pps_pad, cfg=cfg, interpret=interpret_params())
         out = np.asarray(result[0])[:T, :, :D]
         if not return_scores:
             return out
@@ -191,8 +192,8 @@ class PallasBackend(Backend):
             q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale=sm_scale,
             sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
         T, D = np.shape(q)[0], np.shape(q)[2]
-        q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, "separate", False,
-                                                                min_seqs=MIN_SEQS)
+        q_k, kv_k, scales, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, "separate", False,
+                                                                        min_seqs=MIN_SEQS)
         S = call.num_seqs
         s_pad = cu.shape[0] - 1
         indices = np.asarray(kv_indices, np.int64)
@@ -203,7 +204,7 @@ class PallasBackend(Backend):
         last_k[:S] = np.asarray(kv_last_page_len, np.int64)
         indices_k = np.zeros(pow2(nnz, MIN_PAGES), np.int32)        # entries past nnz are never read
         indices_k[:nnz] = indices
-        out = kernel("attention_csr")(q_k, kv_k, indptr_k, indices_k, last_k, cu, meta, fparams, cfg=cfg,
+        out = kernel("attention_csr")(q_k, kv_k, indptr_k, indices_k, last_k, cu, meta, fparams, scales, cfg=cfg,
                                       interpret=interpret_params())
         return np.asarray(out[0])[:T, :, :D]
 
@@ -375,7 +376,8 @@ def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *
     """What both page-table forms hand the attention kernel besides the page table, from the reference's
     normalised call (`validate_ragged_paged_attention`): q and the combined pool padded to their buckets,
     cu_q_lens padded to pow2(S, min_seqs) + 1 entries (padding sequences have no rows), meta (num_seqs, window),
-    the float parameters and the static config."""
+    the per-token scales beside the pool (f32[P_pad, 2*Hkv, page_size], PA-48, or None), the float parameters
+    and the static config."""
     from . import layout
     from .paged_attention import AttentionConfig
     q_arr = np.asarray(q)
@@ -393,20 +395,23 @@ def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *
     cu = np.full(s_pad + 1, int(call.cu_q_lens[n]), np.int32)
     cu[:n + 1] = call.cu_q_lens[:n + 1]
     meta = np.array([n, call.sliding_window or 0], np.int32)
-    if np.ndim(call.k_scale) == 3:
-        raise NotImplementedError("per-token KV scales (PA-48) are not implemented by the Pallas attention "
-                                  "kernel (not claimed: per_head_scales only)")
+    token_scales = None
+    if np.ndim(call.k_scale) == 3:   # PA-48: K scales of head h in row 2h, V scales in 2h+1, slots on lanes
+        token_scales = np.zeros((kv_k.shape[0], 2 * Hkv, page_size), np.float32)
+        token_scales[:P, 0::2] = np.swapaxes(np.asarray(call.k_scale, np.float32), 1, 2)
+        token_scales[:P, 1::2] = np.swapaxes(np.asarray(call.v_scale, np.float32), 1, 2)
     fparams = np.zeros(4 + Hq + 2 * Hkv, np.float32)
     fparams[:2] = (call.sm_scale, call.soft_cap or 1.0)
     if call.sinks is not None:
         fparams[4:4 + Hq] = call.sinks
     for base, scale in ((4 + Hq, call.k_scale), (4 + Hq + Hkv, call.v_scale)):   # per KV head (PA-48)
-        fparams[base:base + Hkv] = 1.0 if scale is None else np.asarray(scale, np.float32)
+        fparams[base:base + Hkv] = 1.0 if scale is None or token_scales is not None else np.asarray(scale, np.float32)
     hb = kv_heads_per_block(Hq, Hkv, q_k.dtype, kv_k.dtype)   # PA-47: whole sublane tiles per block
     cfg = AttentionConfig(block_q=8, kv_heads_per_block=hb, soft_cap=call.soft_cap is not None,
                           sinks=call.sinks is not None, quantized=call.k_scale is not None,
-                          sliding_window=call.sliding_window is not None, return_scores=return_scores)
-    return q_k, kv_k, cu, meta, fparams, cfg
+                          token_scales=token_scales is not None, sliding_window=call.sliding_window is not None,
+                          return_scores=return_scores)
+    return q_k, kv_k, token_scales, cu, meta, fparams, cfg
 
 
 def _token_scales(scale, slots: np.ndarray, n_pad: int, page_size: int, hkv: int) -> np.ndarray:

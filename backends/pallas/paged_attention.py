@@ -11,6 +11,11 @@ Kernel shape (what a TPU needs, and what Pallas TPU interpret mode checks on CPU
 - the KV pool stays in HBM (memory_space=ANY) in the combined-heads layout [P, page_size, 2*Hkv, Dp]
   (K of head h at 2h, V at 2h+1), and each page is DMA'd into a two-slot VMEM buffer: page p+1 is in
   flight while page p is being used;
+- per-token scales (PA-48) stay in HBM beside the pool, [P, 2*Hkv, page_size] float32 (the K scales of
+  head h in row 2h, the V scales in row 2h+1, slots along the lanes), and each page's scales ride a second
+  DMA into their own two-slot buffer with the page; they multiply the logits of their keys (K) and the
+  probabilities of their values (V), one scale per (slot, KV head), so every query head of the group
+  reads the scales of its own KV head;
 - online softmax state (row max m, denominator l, accumulator acc) lives in VMEM scratch, one row per
   (query row, query head of the group), so one KV page is read once for the whole GQA group;
 - pages outside [first visible key, last visible key] of the block's rows are never copied, which is
@@ -46,6 +51,7 @@ class AttentionConfig:
     soft_cap: bool
     sinks: bool
     quantized: bool
+    token_scales: bool    # per-token K/V scales beside the pages (PA-48) instead of one per KV head
     sliding_window: bool
     return_scores: bool
 
@@ -72,8 +78,8 @@ def check_tpu_shapes(q_shape, kv_shape, kv_dtype, cfg: AttentionConfig) -> None:
                          f"{packing(kv_dtype)}) or cover all Hkv={hkv} heads")
 
 
-def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, meta, fparams, *,
-                                  pages_per_seq: int, cfg: AttentionConfig, interpret):
+def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, meta, fparams, token_scales=None,
+                                  *, pages_per_seq: int, cfg: AttentionConfig, interpret):
     """Run the kernel on a block table (spec/paged_attention.md).
 
     q:          f32|bf16|f16 [T_pad, Hq, Dp]   (T_pad a multiple of block_q, Dp of 128)
@@ -82,14 +88,16 @@ def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, m
     meta:       i32[2] = (num_seqs, sliding_window or 0)
     fparams:    f32[4 + Hq + 2 * Hkv] = (sm_scale, soft_cap, k_scale, v_scale, sinks..., k scale per KV head...,
                 v scale per KV head...)
+    token_scales: f32[P, 2*Hkv, page_size] with cfg.token_scales (PA-48): the K scale of slot j of head h
+                at [page, 2h, j], its V scale at [page, 2h+1, j]; None otherwise
     Returns out f32[T_pad, Hq, Dp] and, with return_scores, scores f32[S, pages_per_seq, page_size].
     """
-    return _attention_call(q, kv_pages, (kv_lens, page_table), cu_q_lens, meta, fparams, csr=False,
+    return _attention_call(q, kv_pages, token_scales, (kv_lens, page_table), cu_q_lens, meta, fparams, csr=False,
                            num_seqs_pad=kv_lens.shape[0], pages_per_seq=pages_per_seq, cfg=cfg, interpret=interpret)
 
 
 def ragged_paged_attention_csr_kernel(q, kv_pages, kv_indptr, kv_indices, kv_last_page_len, cu_q_lens, meta,
-                                      fparams, *, cfg: AttentionConfig, interpret):
+                                      fparams, token_scales=None, *, cfg: AttentionConfig, interpret):
     """Run the same kernel on a CSR page table (spec/metadata.md MD-2 .. MD-4, MD-23).
 
     kv_indptr: i32[S+1]; kv_indices: i32[nnz_pad] (entries past kv_indptr[S] are never read);
@@ -101,12 +109,12 @@ def ragged_paged_attention_csr_kernel(q, kv_pages, kv_indptr, kv_indices, kv_las
     """
     if cfg.return_scores:
         raise ValueError("return_scores is not part of attention over a CSR page table (MD-23)")
-    return _attention_call(q, kv_pages, (kv_indptr, kv_indices, kv_last_page_len), cu_q_lens, meta, fparams,
-                           csr=True, num_seqs_pad=kv_last_page_len.shape[0], pages_per_seq=0, cfg=cfg,
+    return _attention_call(q, kv_pages, token_scales, (kv_indptr, kv_indices, kv_last_page_len), cu_q_lens, meta,
+                           fparams, csr=True, num_seqs_pad=kv_last_page_len.shape[0], pages_per_seq=0, cfg=cfg,
                            interpret=interpret)
 
 
-def _attention_call(q, kv_pages, page_meta, cu_q_lens, meta, fparams, *, csr: bool, num_seqs_pad: int,
+def _attention_call(q, kv_pages, token_scales, page_meta, cu_q_lens, meta, fparams, *, csr: bool, num_seqs_pad: int,
                     pages_per_seq: int, cfg: AttentionConfig, interpret):
     """One pallas_call for both page-table forms: `page_meta` (kv_lens, page_table) or (kv_indptr,
     kv_indices, kv_last_page_len), scalar-prefetched ahead of cu_q_lens and meta; `csr` (static) selects
@@ -115,6 +123,10 @@ def _attention_call(q, kv_pages, page_meta, cu_q_lens, meta, fparams, *, csr: bo
     P, page_size, two_hkv, _ = kv_pages.shape
     hkv = two_hkv // 2
     check_tpu_shapes(q.shape, kv_pages.shape, kv_pages.dtype, cfg)
+    if cfg.token_scales != (token_scales is not None) or (
+            token_scales is not None and token_scales.shape != (P, two_hkv, page_size)):
+        raise ValueError(f"token_scales must be f32[P, 2*Hkv, page_size] = {(P, two_hkv, page_size)} exactly "
+                         f"when cfg.token_scales, got {None if token_scales is None else token_scales.shape}")
     S = num_seqs_pad
     hb = cfg.kv_heads_per_block
     group = Hq // hkv
@@ -128,6 +140,10 @@ def _attention_call(q, kv_pages, page_meta, cu_q_lens, meta, fparams, *, csr: bo
         pl.BlockSpec((bq, hb * group, Dp), lambda h, b, *_: (b, h, 0)),         # q
         pl.BlockSpec(memory_space=pl.ANY),                                       # kv pages (HBM)
     ]
+    operands = [fparams, q, kv_pages]
+    if cfg.token_scales:
+        in_specs.append(pl.BlockSpec(memory_space=pl.ANY))                      # their scales (HBM)
+        operands.append(token_scales)
     out_specs = [pl.BlockSpec((bq, hb * group, Dp), lambda h, b, *_: (b, h, 0))]
     out_shape = [jax.ShapeDtypeStruct((T, Hq, Dp), jnp.float32)]
     if cfg.return_scores:
@@ -141,12 +157,14 @@ def _attention_call(q, kv_pages, page_meta, cu_q_lens, meta, fparams, *, csr: bo
         pltpu.VMEM((hb, rows, 1), jnp.float32),                   # l
         pltpu.VMEM((hb, rows, Dp), jnp.float32),                  # acc
     ]
+    if cfg.token_scales:   # double-buffered scales of the page: the 2*hb K/V rows of the block's heads
+        scratch += [pltpu.VMEM((2, 2 * hb, page_size), jnp.float32), pltpu.SemaphoreType.DMA((2,))]
     grid_spec = pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=len(page_meta) + 2, grid=grid, in_specs=in_specs,
                                              out_specs=out_specs, scratch_shapes=scratch)
     call = pl.pallas_call(
         kernel, grid_spec=grid_spec, out_shape=out_shape, interpret=interpret,
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary")))
-    return call(*page_meta, cu_q_lens, meta, fparams, q, kv_pages)
+    return call(*page_meta, cu_q_lens, meta, *operands)
 
 
 def _page_reader(csr: bool, page_refs, page_size: int, pages_per_seq: int):
@@ -175,12 +193,12 @@ def _page_reader(csr: bool, page_refs, page_size: int, pages_per_seq: int):
 def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, group, kv_dtype, hkv_total):
     n_page_meta = 3 if csr else 2
     page_id, seq_kv_len = _page_reader(csr, refs[:n_page_meta], page_size, pages_per_seq)
-    cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, o_ref, *rest = refs[n_page_meta:]
-    if cfg.return_scores:
-        scores_ref, buf, sem, m_ref, l_ref, acc_ref = rest
-    else:
-        scores_ref = None
-        buf, sem, m_ref, l_ref, acc_ref = rest
+    cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, *rest = refs[n_page_meta:]
+    scales_hbm = rest.pop(0) if cfg.token_scales else None
+    o_ref = rest.pop(0)
+    scores_ref = rest.pop(0) if cfg.return_scores else None
+    buf, sem, m_ref, l_ref, acc_ref, *scale_scratch = rest
+    scale_buf, scale_sem = scale_scratch if cfg.token_scales else (None, None)
     hb = cfg.kv_heads_per_block
     bq = cfg.block_q
     rows = bq * group
@@ -211,10 +229,15 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
             l_ref[h] = jnp.zeros((rows, 1), jnp.float32)
         acc_ref[h] = jnp.zeros(acc_ref.shape[1:], jnp.float32)
 
-    def page_copy(i, page, slot):
+    def page_copies(i, page, slot):
+        """The DMAs of one page into `slot`: its K/V rows of the block's heads, and their scales beside."""
         phys = page_id(i, page)
-        src = kv_hbm.at[phys, :, pl.ds(head_block * 2 * hb, 2 * hb), :]
-        return pltpu.make_async_copy(src, buf.at[slot], sem.at[slot])
+        heads = pl.ds(head_block * 2 * hb, 2 * hb)
+        copies = [pltpu.make_async_copy(kv_hbm.at[phys, :, heads, :], buf.at[slot], sem.at[slot])]
+        if cfg.token_scales:
+            copies.append(pltpu.make_async_copy(scales_hbm.at[phys, heads, :], scale_buf.at[slot],
+                                                scale_sem.at[slot]))
+        return copies
 
     def seq_geometry(i):
         q_start, q_end = cu_ref[i], cu_ref[i + 1]
@@ -234,17 +257,24 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
         pos = first_pos + (token - q_start)
         return active, key_lo // page_size, (key_hi + page_size - 1) // page_size, in_seq, pos, kv_len
 
-    def logits_and_mask(page_value, h, page, in_seq, pos, kv_len):
-        """Scaled (and capped) logits [rows, page_size], the visibility mask, and dequantized V."""
+    def logits_and_mask(page_value, page_scales, h, page, in_seq, pos, kv_len):
+        """Scaled (and capped) logits [rows, page_size], the visibility mask, dequantized V and the V scale
+        of each key ([1, page_size] with per-token scales, else None)."""
         k = page_value[:, 2 * h, :].astype(jnp.float32)
         v = page_value[:, 2 * h + 1, :].astype(jnp.float32)
-        if cfg.quantized:   # the scale of this KV head (PA-18, PA-48)
+        k_row = v_row = None
+        if cfg.token_scales:   # the scales beside each slot of this KV head (PA-48), slots along the lanes
+            k_row, v_row = page_scales[2 * h:2 * h + 1, :], page_scales[2 * h + 1:2 * h + 2, :]
+        elif cfg.quantized:   # the scale of this KV head (PA-18, PA-48)
             head_scales = _SINKS + hkv_total * group
             k = k * fp_ref[head_scales + head_block * hb + h]
             v = v * fp_ref[head_scales + hkv_total + head_block * hb + h]
         q = q_ref[:, h * group:(h + 1) * group, :].astype(jnp.float32).reshape(rows, -1)
         s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32,
-                            precision=lax.Precision.HIGHEST) * sm_scale
+                            precision=lax.Precision.HIGHEST)
+        if k_row is not None:   # q . (k_j * scale_j) = (q . k_j) * scale_j: one scale per key column
+            s = s * k_row
+        s = s * sm_scale
         if cfg.soft_cap:
             cap = fp_ref[_CAP]
             s = cap * jnp.tanh(s / cap)
@@ -256,21 +286,24 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
         # NaN (PA-24): select them away before the P @ V product, where 0 * NaN would leak.
         seen = jnp.max(visible.astype(jnp.float32), axis=0).reshape(page_size, 1) > 0.0
         v = jnp.where(seen, v, 0.0)
-        return s, visible, v
+        return s, visible, v, v_row
 
     def walk_pages(i, page_lo, page_hi, use_page):
         """Visit pages [page_lo, page_hi) of sequence i, DMA of the next page overlapping use."""
-        page_copy(i, page_lo, 0).start()
+        for copy in page_copies(i, page_lo, 0):
+            copy.start()
 
         def body(page, carry):
             slot = (page - page_lo) % 2
 
             @pl.when(page + 1 < page_hi)
             def _prefetch():
-                page_copy(i, page + 1, 1 - slot).start()
+                for copy in page_copies(i, page + 1, 1 - slot):
+                    copy.start()
 
-            page_copy(i, page, slot).wait()
-            use_page(page, buf[slot])
+            for copy in page_copies(i, page, slot):
+                copy.wait()
+            use_page(page, buf[slot], scale_buf[slot] if cfg.token_scales else None)
             return carry
 
         lax.fori_loop(page_lo, page_hi, body, 0)
@@ -280,9 +313,9 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
 
         @pl.when(active)
         def _():
-            def use_page(page, page_value):
+            def use_page(page, page_value, page_scales):
                 for h in range(hb):
-                    s, visible, v = logits_and_mask(page_value, h, page, in_seq, pos, kv_len)
+                    s, visible, v, v_row = logits_and_mask(page_value, page_scales, h, page, in_seq, pos, kv_len)
                     m_old = m_ref[h]
                     m_new = jnp.maximum(m_old, jnp.max(jnp.where(visible, s, -jnp.inf), axis=1,
                                                        keepdims=True))
@@ -290,6 +323,8 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
                     p = jnp.where(visible, jnp.exp(s - m_safe), 0.0)
                     alpha = jnp.exp(m_old - m_safe)
                     l_ref[h] = alpha * l_ref[h] + jnp.sum(p, axis=1, keepdims=True)
+                    if v_row is not None:   # p_j * (v_j * scale_j); select: a hidden slot's scale may be NaN
+                        p = jnp.where(visible, p * v_row, 0.0)
                     acc_ref[h] = alpha * acc_ref[h] + jnp.dot(p, v, preferred_element_type=jnp.float32,
                                                               precision=lax.Precision.HIGHEST)
                     m_ref[h] = m_new
@@ -312,10 +347,10 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
 
             @pl.when(active)
             def _():
-                def use_page(page, page_value):
+                def use_page(page, page_value, page_scales):
                     total = jnp.zeros((1, page_size), jnp.float32)
                     for h in range(hb):
-                        s, visible, _ = logits_and_mask(page_value, h, page, in_seq, pos, kv_len)
+                        s, visible, _, _ = logits_and_mask(page_value, page_scales, h, page, in_seq, pos, kv_len)
                         m = m_ref[h]
                         l = l_ref[h]
                         m_safe = jnp.where(m == -jnp.inf, 0.0, m)

@@ -106,6 +106,30 @@ def test_quantized_kv(kv_dtype):
     _check(args, opts, actual, expected)
 
 
+def test_per_token_scales():
+    """PA-48: one scale per (page, slot, KV head) beside the pool, DMA'd with its page; every query head of a
+    GQA group reads its own KV head's scales, and NaN scales beside hidden slots never reach a row (PA-24)."""
+    args, opts = _build(FIXED, kv_dtype=np.dtype(ml_dtypes.float8_e4m3fn), poison=False)
+    q, k, v, kv_lens, table, cu, n = args
+    rng = np.random.default_rng(5)
+    scales = [rng.choice(np.array([0.25, 0.5, 2.0, 4.0], np.float32), size=k.shape[:3]) for _ in range(2)]
+    live = np.zeros(k.shape[:2], bool)
+    for i in range(n):
+        for j in range(int(kv_lens[i])):
+            live[table[i, j // k.shape[1]], j % k.shape[1]] = True
+    for sc in scales:
+        sc[~live] = np.nan
+    opts.update(k_scale=scales[0], v_scale=scales[1], soft_cap=5.0)
+    expected = reference.ragged_paged_attention(*args, **opts)
+    _check(args, opts, BACKEND.ragged_paged_attention(*args, **opts), expected)
+    # the CSR form reads the same pages and scales through kv_indices (MD-23)
+    csr = reference.block_table_to_csr(table, kv_lens, n, k.shape[1])
+    csr_opts = {key: opts[key] for key in ("k_scale", "v_scale", "soft_cap")}
+    got = BACKEND.ragged_paged_attention_csr(q, k, v, cu[:n + 1], *csr, **csr_opts)
+    assert_conforms("ragged_paged_attention_csr",
+                    inputs_of("ragged_paged_attention_csr", q, k, v, cu[:n + 1], *csr, **csr_opts), got)
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
 def test_half_precision_inputs(dtype):
     """Claimed activation dtypes bf16/f16 with bf16 pages: exact upcast to float32 inside."""
