@@ -51,9 +51,9 @@ class AttentionConfig:
     soft_cap: bool
     sinks: bool
     quantized: bool
-    token_scales: bool    # per-token K/V scales beside the pages (PA-48) instead of one per KV head
     sliding_window: bool
     return_scores: bool
+    token_scales: bool = False    # per-token K/V scales beside the pages (PA-48) instead of one per KV head
 
 
 def check_tpu_shapes(q_shape, kv_shape, kv_dtype, cfg: AttentionConfig) -> None:
