@@ -311,3 +311,19 @@ class ShardsWrongQueryHeads(Mutant):
         # shard s pairs its KV heads with query heads of shard s+1: the query block index is off by one
         q = np.roll(q, -(q.shape[1] // num_shards), axis=1) if num_shards > 1 else q
         return reference.ragged_paged_attention(q, k_pages, v_pages, *args, num_shards=num_shards, **kw)
+
+
+@mutant(op="ragged_paged_attention", clause="PA-48",
+        description="per-token scales beside the pages read at the query head's index (h % Hkv) instead of "
+                    "its KV head's (h // group)")
+class TokenScaleByQueryHead(Mutant):
+    def ragged_paged_attention(self, q, k_pages, v_pages, *args, k_scale=None, v_scale=None, **kw):
+        if np.ndim(k_scale) != 3:
+            return reference.ragged_paged_attention(q, k_pages, v_pages, *args, k_scale=k_scale,
+                                                    v_scale=v_scale, **kw)
+        hq, hkv = q.shape[1], k_pages.shape[2]
+        heads = np.arange(hq) // (hq // hkv)          # GQA expanded: one KV head per query head
+        wrong = np.arange(hq) % hkv                   # the scale column the kernel read
+        return reference.ragged_paged_attention(q, k_pages[:, :, heads], v_pages[:, :, heads], *args,
+                                                k_scale=np.asarray(k_scale)[:, :, wrong],
+                                                v_scale=np.asarray(v_scale)[:, :, wrong], **kw)
