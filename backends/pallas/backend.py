@@ -64,10 +64,10 @@ class PallasBackend(Backend):
             "write_kv": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 features=("quantized_kv", "per_head_scales", "per_token_scales")),
-            # absorbed MLA (ML-*): a decode kernel, one grid step per sequence with all heads
+            # absorbed MLA (ML-*): blocks of ragged query rows (decode and prefill) with all heads
             "mla_paged_attention": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
-                features=("sliding_window", "soft_cap", "sinks"), limits={"q_len": {"values": [0, 1]}}),
+                features=("sliding_window", "soft_cap", "sinks")),
             "rotate_keys": OpClaims(
                 dtypes=FLOAT_KV, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
                 layouts=("half", "interleaved"),
@@ -140,20 +140,17 @@ class PallasBackend(Backend):
 
     def mla_paged_attention(self, q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
                             *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None):
-        """Same contract as reference.mla_paged_attention for decode batches (q_len 0 or 1, the claim);
-        out is float32. The kernel takes each decode row and one pool of [c_kv | k_pe] pages, lanes padded."""
+        """Same contract as reference.mla_paged_attention, decode rows and prefill chunks alike; out is
+        float32. The kernel takes every query row as [q_nope | q_pe] and one pool of [c_kv | k_pe] pages,
+        lanes padded (mla.py)."""
         call = ref_mla.validate_mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices,
                                                     cu_q_lens, num_seqs, sm_scale=sm_scale,
                                                     sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks)
-        from .mla import LANES
+        from .mla import LANES, MLA_BLOCK_Q, NO_WINDOW
         a, n = call.attention, call.attention.num_seqs
-        q_lens = np.diff(a.cu_q_lens[:n + 1])
-        if (q_lens > 1).any():
-            raise Unsupported("the Pallas MLA kernel is decode-only (claims q_len in {0, 1}), got q_len "
-                              f"{int(q_lens.max())}")
         T, H, d_c = np.shape(q_nope)
         D = d_c + np.shape(q_pe)[2]
-        Dp, h_pad = -(-D // LANES) * LANES, pow2(H, 8)
+        Dp, h_pad, t_pad = -(-D // LANES) * LANES, pow2(H, 8), pow2(T, MLA_BLOCK_Q)
         P, page_size, _ = np.shape(c_kv_pages)
         S, pps = a.page_indices.shape
         s_pad, pps_pad = pow2(S, MIN_SEQS), pow2(pps, MIN_PAGES)
@@ -161,24 +158,19 @@ class PallasBackend(Backend):
         pool_dtype = c.dtype if c.dtype == r.dtype else np.float32     # one pool holds both parts
         pages = np.zeros((pow2(P, 32), page_size, Dp), pool_dtype)
         pages[:P, :, :d_c], pages[:P, :, d_c:D] = c, r
-        rows = np.zeros((s_pad, h_pad, Dp), np.float32)                # exact upcast of both query parts
+        rows = np.zeros((t_pad, h_pad, Dp), np.float32)                # exact upcast of both query parts
+        rows[:T, :H, :D] = a.q
         lens, table = _used_pages(a, s_pad, pps_pad, page_size)     # ML-7 is PA-24's rule
-        q_len_arr = np.zeros(s_pad, np.int32)
-        q_len_arr[:n] = q_lens
-        decode = [i for i in range(n) if q_lens[i] == 1]
-        for i in decode:
-            rows[i, :H, :D] = a.q[a.cu_q_lens[i]]
+        cu = np.full(s_pad + 1, int(a.cu_q_lens[n]), np.int32)        # padding sequences own no row
+        cu[:n + 1] = a.cu_q_lens[:n + 1]
         fparams = np.full(2 + h_pad, -np.inf, np.float32)   # no sink: -inf (exactly no sink, PA-17)
         fparams[:2] = (a.sm_scale, a.soft_cap or 0.0)
         if a.sinks is not None:
             fparams[2:2 + H] = a.sinks
-        meta = np.array([n, a.sliding_window or 0], np.int32)
-        res = np.asarray(kernel("mla")(rows, pages, lens, table.reshape(-1), q_len_arr, meta, fparams,
-                                       pages_per_seq=pps_pad, interpret=interpret_params()))
-        out = np.zeros((T, H, d_c), np.float32)
-        for i in decode:
-            out[a.cu_q_lens[i]] = res[i, :H, :d_c]
-        return out
+        meta = np.array([n, a.sliding_window or NO_WINDOW], np.int32)
+        res = kernel("mla")(rows, pages, lens, table.reshape(-1), cu, meta, fparams, pages_per_seq=pps_pad,
+                            block_q=MLA_BLOCK_Q, interpret=interpret_params())
+        return np.asarray(res)[:T, :H, :d_c]
 
     def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
                                    *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,

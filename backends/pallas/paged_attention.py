@@ -36,6 +36,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from . import ragged_rows
 from .tiling import LANES, SUBLANES, packing
 
 # fparams layout in SMEM: sm_scale, soft_cap, k_scale, v_scale, then sinks[Hq], then the k and v scale of
@@ -206,7 +207,7 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
     q_block = pl.program_id(1)
     row0 = q_block * bq
     num_seqs = meta_ref[0]
-    window = meta_ref[1]
+    window = meta_ref[1] if cfg.sliding_window else None
     sm_scale = fp_ref[_SM]
 
     if cfg.return_scores:
@@ -218,15 +219,11 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
     token = row0 + lax.broadcasted_iota(jnp.int32, (rows, 1), 0) // group
 
     for h in range(hb):
-        if cfg.sinks:
-            # PA-17: start from the sink as if it were one extra key with value 0.
+        sink = None
+        if cfg.sinks:   # PA-17: the sink of each row's query head
             sink = jnp.stack([fp_ref[_SINKS + (head_block * hb + h) * group + g] for g in range(group)])
             sink = jnp.tile(sink, bq).reshape(rows, 1)
-            m_ref[h] = sink
-            l_ref[h] = jnp.where(sink == -jnp.inf, 0.0, 1.0).astype(jnp.float32)
-        else:
-            m_ref[h] = jnp.full((rows, 1), -jnp.inf, jnp.float32)
-            l_ref[h] = jnp.zeros((rows, 1), jnp.float32)
+        m_ref[h], l_ref[h] = ragged_rows.softmax_start(sink, rows)
         acc_ref[h] = jnp.zeros(acc_ref.shape[1:], jnp.float32)
 
     def page_copies(i, page, slot):
@@ -240,31 +237,18 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
         return copies
 
     def seq_geometry(i):
-        q_start, q_end = cu_ref[i], cu_ref[i + 1]
-        kv_len = seq_kv_len(i)
-        first_pos = kv_len - (q_end - q_start)
-        lo_row = jnp.maximum(q_start, row0)
-        hi_row = jnp.minimum(q_end, row0 + bq)
-        active = lo_row < hi_row
-        max_pos = first_pos + (hi_row - 1 - q_start)
-        key_hi = max_pos + 1
-        if cfg.sliding_window:
-            min_pos = first_pos + (lo_row - q_start)
-            key_lo = jnp.maximum(0, min_pos - window + 1)
-        else:
-            key_lo = jnp.int32(0)
-        in_seq = (token >= q_start) & (token < q_end)
-        pos = first_pos + (token - q_start)
-        return active, key_lo // page_size, (key_hi + page_size - 1) // page_size, in_seq, pos, kv_len
+        return ragged_rows.sequence_in_block(cu_ref[i], cu_ref[i + 1], seq_kv_len(i), row0, bq, token, page_size,
+                                             window)
 
-    def logits_and_mask(page_value, page_scales, h, page, in_seq, pos, kv_len):
+    def logits_and_mask(slot, h, page, in_seq, pos):
         """Scaled (and capped) logits [rows, page_size], the visibility mask, dequantized V and the V scale
         of each key ([1, page_size] with per-token scales, else None)."""
-        k = page_value[:, 2 * h, :].astype(jnp.float32)
-        v = page_value[:, 2 * h + 1, :].astype(jnp.float32)
+        k = buf[slot, :, 2 * h, :].astype(jnp.float32)
+        v = buf[slot, :, 2 * h + 1, :].astype(jnp.float32)
         k_row = v_row = None
         if cfg.token_scales:   # the scales beside each slot of this KV head (PA-48), slots along the lanes
-            k_row, v_row = page_scales[2 * h:2 * h + 1, :], page_scales[2 * h + 1:2 * h + 2, :]
+            k_row = scale_buf[slot, pl.ds(2 * h, 1), :]
+            v_row = scale_buf[slot, pl.ds(2 * h + 1, 1), :]
         elif cfg.quantized:   # the scale of this KV head (PA-18, PA-48)
             head_scales = _SINKS + hkv_total * group
             k = k * fp_ref[head_scales + head_block * hb + h]
@@ -278,79 +262,41 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
         if cfg.soft_cap:
             cap = fp_ref[_CAP]
             s = cap * jnp.tanh(s / cap)
-        key_pos = page * page_size + lax.broadcasted_iota(jnp.int32, (1, page_size), 1)
-        visible = in_seq & (key_pos <= pos)
-        if cfg.sliding_window:
-            visible &= key_pos > pos - window
-        # Keys no row of the block sees (slots past kv_len, keys left of every row's window) may hold
-        # NaN (PA-24): select them away before the P @ V product, where 0 * NaN would leak.
-        seen = jnp.max(visible.astype(jnp.float32), axis=0).reshape(page_size, 1) > 0.0
-        v = jnp.where(seen, v, 0.0)
+        visible = ragged_rows.visible_keys(in_seq, pos, page, page_size, window)
+        v = jnp.where(ragged_rows.seen_keys(visible, page_size), v, 0.0)
         return s, visible, v, v_row
 
-    def walk_pages(i, page_lo, page_hi, use_page):
-        """Visit pages [page_lo, page_hi) of sequence i, DMA of the next page overlapping use."""
-        for copy in page_copies(i, page_lo, 0):
-            copy.start()
-
-        def body(page, carry):
-            slot = (page - page_lo) % 2
-
-            @pl.when(page + 1 < page_hi)
-            def _prefetch():
-                for copy in page_copies(i, page + 1, 1 - slot):
-                    copy.start()
-
-            for copy in page_copies(i, page, slot):
-                copy.wait()
-            use_page(page, buf[slot], scale_buf[slot] if cfg.token_scales else None)
-            return carry
-
-        lax.fori_loop(page_lo, page_hi, body, 0)
-
     def attend(i, carry):
-        active, page_lo, page_hi, in_seq, pos, kv_len = seq_geometry(i)
+        active, page_lo, page_hi, in_seq, pos = seq_geometry(i)
 
         @pl.when(active)
         def _():
-            def use_page(page, page_value, page_scales):
+            def use_page(page, slot):
                 for h in range(hb):
-                    s, visible, v, v_row = logits_and_mask(page_value, page_scales, h, page, in_seq, pos, kv_len)
-                    m_old = m_ref[h]
-                    m_new = jnp.maximum(m_old, jnp.max(jnp.where(visible, s, -jnp.inf), axis=1,
-                                                       keepdims=True))
-                    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-                    p = jnp.where(visible, jnp.exp(s - m_safe), 0.0)
-                    alpha = jnp.exp(m_old - m_safe)
-                    l_ref[h] = alpha * l_ref[h] + jnp.sum(p, axis=1, keepdims=True)
-                    if v_row is not None:   # p_j * (v_j * scale_j); select: a hidden slot's scale may be NaN
-                        p = jnp.where(visible, p * v_row, 0.0)
-                    acc_ref[h] = alpha * acc_ref[h] + jnp.dot(p, v, preferred_element_type=jnp.float32,
-                                                              precision=lax.Precision.HIGHEST)
-                    m_ref[h] = m_new
+                    s, visible, v, v_row = logits_and_mask(slot, h, page, in_seq, pos)
+                    m_ref[h], l_ref[h], acc_ref[h] = ragged_rows.online_softmax_step(
+                        m_ref[h], l_ref[h], acc_ref[h], s, visible, v, v_row)
 
-            walk_pages(i, page_lo, page_hi, use_page)
+            ragged_rows.walk_pages(page_lo, page_hi, lambda page, slot: page_copies(i, page, slot), use_page)
         return carry
 
     lax.fori_loop(0, num_seqs, attend, 0)
 
     for h in range(hb):
-        l = l_ref[h]
-        inv = jnp.where(l > 0, 1.0 / jnp.where(l > 0, l, 1.0), 0.0)  # padding rows: 0, never NaN
-        out = (acc_ref[h] * inv).reshape(bq, group, -1)
+        out = ragged_rows.softmax_finish(acc_ref[h], l_ref[h]).reshape(bq, group, -1)
         o_ref[:, h * group:(h + 1) * group, :] = out.astype(o_ref.dtype)
 
     if cfg.return_scores:
         # PA-21: a second pass with the final (m, l) of every row turns logits into probabilities.
         def score(i, carry):
-            active, page_lo, page_hi, in_seq, pos, kv_len = seq_geometry(i)
+            active, page_lo, page_hi, in_seq, pos = seq_geometry(i)
 
             @pl.when(active)
             def _():
-                def use_page(page, page_value, page_scales):
+                def use_page(page, slot):
                     total = jnp.zeros((1, page_size), jnp.float32)
                     for h in range(hb):
-                        s, visible, _, _ = logits_and_mask(page_value, page_scales, h, page, in_seq, pos, kv_len)
+                        s, visible, _, _ = logits_and_mask(slot, h, page, in_seq, pos)
                         m = m_ref[h]
                         l = l_ref[h]
                         m_safe = jnp.where(m == -jnp.inf, 0.0, m)
@@ -359,7 +305,7 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
                         total = total + jnp.sum(p, axis=0, keepdims=True)
                     scores_ref[i, page, :] = scores_ref[i, page, :] + total[0]
 
-                walk_pages(i, page_lo, page_hi, use_page)
+                ragged_rows.walk_pages(page_lo, page_hi, lambda page, slot: page_copies(i, page, slot), use_page)
             return carry
 
         lax.fori_loop(0, num_seqs, score, 0)

@@ -155,8 +155,8 @@ def _jitted(name: str):
         from .paged_attention import ragged_paged_attention_kernel
         return jax.jit(ragged_paged_attention_kernel, static_argnames=("pages_per_seq", "cfg", "interpret"))
     if name == "mla":
-        from .mla import mla_decode_kernel
-        return jax.jit(mla_decode_kernel, static_argnames=("pages_per_seq", "interpret"))
+        from .mla import mla_kernel
+        return jax.jit(mla_kernel, static_argnames=("pages_per_seq", "block_q", "interpret"))
     if name == "attention_csr":
         from .paged_attention import ragged_paged_attention_csr_kernel
         return jax.jit(ragged_paged_attention_csr_kernel, static_argnames=("cfg", "interpret"))
