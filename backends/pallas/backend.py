@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...reference import dtypes as ref_dtypes
+from ...reference import eviction as ref_eviction
 from ...reference import kv_write as ref_kv_write
 from ...reference import mla as ref_mla
 from ...reference import metadata as ref_metadata
@@ -68,6 +70,10 @@ class PallasBackend(Backend):
             "mla_paged_attention": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
                 features=("sliding_window", "soft_cap", "sinks")),
+            # eviction (EV-*): float64 state as 32-bit word pairs, exact float64 arithmetic in integer ops; any
+            # float acc / step_scores dtype is upcast exactly to float64 first (NU-EV2's bit-exact class)
+            "accumulate_scores": OpClaims(dtypes=ref_dtypes.FLOAT_DTYPE_NAMES),
+            "plan_eviction": OpClaims(dtypes=ref_dtypes.FLOAT_DTYPE_NAMES, page_sizes=None),
             "rotate_keys": OpClaims(
                 dtypes=FLOAT_KV, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
                 layouts=("half", "interleaved"),
@@ -238,6 +244,59 @@ class PallasBackend(Backend):
         new_k, new_v = kernel("write_kv")(call.k_pages, call.v_pages, kp, vp, slots, k_scales, v_scales,
                                           quantized=quantized, interpret=interpret_params())
         return ref_kv_write.KVPages(np.asarray(new_k), np.asarray(new_v))
+
+    def accumulate_scores(self, acc, counts, step_scores):
+        """Same contract as reference.accumulate_scores (EV-3 .. EV-5): ScoreState(acc' float64[L_new],
+        counts' int32[L_new]). Tokens pad to rows of 128 lanes, pow2(rows, 8) rows (padding: +0, count 1)."""
+        call = ref_eviction.validate_accumulate_scores(acc, counts, step_scores)
+        n_old, n_new = call.acc.shape[0], call.step_scores.shape[0]
+        if n_new == 0:
+            return ref_eviction.ScoreState(np.zeros(0, np.float64), np.zeros(0, np.int32))
+        from .float64_words import join, split
+        from .tiling import LANES
+        rows = pow2(-(-n_new // LANES), 8)
+        words = [np.zeros(rows * LANES, np.int32) for _ in range(5)]
+        words[0][:n_old], words[1][:n_old] = split(call.acc)
+        words[2][:n_old] = call.counts
+        words[3][:n_new], words[4][:n_new] = split(call.step_scores)
+        meta = np.array([n_old, n_new], np.int32)
+        hi, lo, cnt = kernel("accumulate_scores")(*(w.reshape(rows, LANES) for w in words), meta,
+                                                  interpret=interpret_params())
+        acc_out = join(np.asarray(hi).reshape(-1)[:n_new], np.asarray(lo).reshape(-1)[:n_new])
+        return ref_eviction.ScoreState(acc_out, np.asarray(cnt).reshape(-1)[:n_new].astype(np.int32))
+
+    def plan_eviction(self, block_table, acc, counts, config):
+        """Same contract as reference.plan_eviction (EV-8 .. EV-16). The evictable range and k are config
+        arithmetic (EV-8, EV-9) done here; with k = 0 nothing moves and no kernel runs (EV-9). Blocks pad to
+        pow2(num_blocks, 16) rows of pow2(B, 8) lanes (padding: acc +0, count 1)."""
+        call = ref_eviction.validate_plan_eviction(block_table, acc, counts, config)
+        B, L = call.config.block_size, call.acc.shape[0]
+        nb, n_full = call.block_table.shape[0], L // B
+        k = max(0, n_full - call.config.max_cache_size // B)                       # EV-9
+        first, last = call.config.start_size // B, n_full - call.config.recent_size // B   # EV-8
+        if k == 0:
+            return ref_eviction.EvictionPlan(
+                np.zeros(0, np.int32), call.block_table.astype(np.int32), np.zeros(0, np.int32),
+                np.zeros((0, 1), np.int32), call.acc.copy(), call.counts.astype(np.int32))
+        from .float64_words import join, split
+        nb_pad, b_pad = pow2(nb, 16), pow2(B, 8)
+        planes = [np.zeros(nb_pad * B, np.int32), np.zeros(nb_pad * B, np.int32), np.ones(nb_pad * B, np.int32)]
+        planes[0][:L], planes[1][:L] = split(call.acc)
+        planes[2][:L] = call.counts
+        state = []
+        for plane, fill in zip(planes, (0, 0, 1)):
+            block = np.full((nb_pad, b_pad), fill, np.int32)
+            block[:, :B] = plane.reshape(nb_pad, B)
+            state.append(block)
+        table = np.zeros(nb_pad, np.int32)
+        table[:nb] = call.block_table
+        meta = np.array([nb, B, first, last, k, call.config.aggregation == "norm_sum"], np.int32)
+        evicted, table_out, rot_idx, rot_delta, moved, hi, lo, cnt = (
+            np.asarray(a) for a in kernel("plan_eviction")(table, *state, meta, interpret=interpret_params()))
+        m, kept = int(moved[0]), L - k * B
+        hi, lo, cnt = (a[:, :B].reshape(-1)[:kept] for a in (hi, lo, cnt))
+        return ref_eviction.EvictionPlan(evicted[:k].copy(), table_out[:nb - k].copy(), rot_idx[:m].copy(),
+                                         rot_delta[:m].reshape(m, 1).copy(), join(hi, lo), cnt.astype(np.int32))
 
     def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout="half",
                     rotary_dim=None):

@@ -169,6 +169,12 @@ def _jitted(name: str):
     if name == "rotate_keys":
         from .rotation import rotate_keys_kernel
         return jax.jit(rotate_keys_kernel, static_argnames=("per_block", "layout", "rotary_dim", "interpret"))
+    if name == "accumulate_scores":
+        from .eviction import accumulate_kernel
+        return jax.jit(accumulate_kernel, static_argnames=("interpret",))
+    if name == "plan_eviction":
+        from .eviction import plan_kernel
+        return jax.jit(plan_kernel, static_argnames=("interpret",))
     if name == "conv1d":
         from .recurrent.conv1d import conv1d_update_kernel
         return jax.jit(conv1d_update_kernel, static_argnames=("silu", "interpret"))

@@ -59,3 +59,16 @@ class NewTokensCountOne(Mutant):
         fixed = state.counts.copy()
         fixed[np.asarray(acc).shape[0]:] = 1
         return ScoreState(state.acc, fixed)
+
+
+@mutant(op="plan_eviction", clause="EV-10",
+        description="ties broken toward the lower physical page (a sort on (score, page id)) instead of the "
+                    "lower logical index")
+class TiesByPhysicalPage(Mutant):
+    def plan_eviction(self, block_table, acc, counts, config):
+        B = config.block_size
+        k = max(0, np.asarray(acc).shape[0] // B - config.max_cache_size // B)
+        beta = reference.block_scores(acc, counts, config)
+        cand = np.arange(config.start_size // B, np.asarray(acc).shape[0] // B - config.recent_size // B)
+        chosen = cand[np.lexsort((np.asarray(block_table)[cand], beta[cand]))][:k]
+        return _plan_for(chosen, block_table, acc, counts, B)
