@@ -11,9 +11,8 @@ Kernel shape:
   and the values are the same page's first d_c lanes (ML-3, ML-4);
 - metadata (kv_lens, the flattened page table, cu_q_lens, [num_seqs, sliding_window]) is
   scalar-prefetched into SMEM; sm_scale, the soft cap and the sinks sit in SMEM as float parameters.
-  Options are values, not compile-time flags (a window wider than any sequence = none, cap 0 = none,
-  sink -inf = none: a -inf sink is exactly no sink, PA-17), so one compiled kernel serves every option
-  column;
+  Options are values, not compile-time flags (`ragged_rows`: NO_WINDOW, cap 0, sink -inf mean none), so
+  one compiled kernel serves every option column;
 - for each sequence meeting the block, only the pages holding keys its rows see are copied (causality and
   window, ML-5 / ML-6, `ragged_rows.sequence_in_block`), double-buffered;
 - online softmax state (m, l, acc) in VMEM scratch. Keys no row sees are selected away (never multiplied
@@ -33,8 +32,6 @@ from . import ragged_rows
 from .tiling import LANES, SUBLANES
 
 _SM, _CAP, _SINKS = 0, 1, 2     # fparams layout in SMEM: sm_scale, soft_cap (0: none), then sinks[H_pad]
-#: the sliding window the adapter passes for "no window": wider than any sequence, so it hides no key
-NO_WINDOW = 1 << 30
 #: query rows per grid step: one sublane tile of rows, each with all H_pad heads
 MLA_BLOCK_Q = 8
 
@@ -47,7 +44,7 @@ def mla_kernel(q, pages, kv_lens, page_table, cu_q_lens, meta, fparams, *, pages
                 block_q, H_pad of 8, Dp of 128)
     pages:      [P, page_size, Dp]  [c_kv | k_pe | 0] per token, storage dtype (HBM)
     kv_lens:    i32[S_pad]; page_table: i32[S_pad * pages_per_seq]; cu_q_lens: i32[S_pad + 1]
-    meta:       i32[2] = (num_seqs, sliding_window or NO_WINDOW)
+    meta:       i32[2] = (num_seqs, sliding_window or ragged_rows.NO_WINDOW)
     fparams:    f32[2 + H_pad] = (sm_scale, soft_cap or 0, sinks... (-inf where there is none))
     Returns out f32[T_pad, H_pad, Dp]: row t is query row t's output (lanes >= d_c are not the output; rows
     of no sequence are 0).
@@ -109,8 +106,7 @@ def _kernel(kv_lens_ref, table_ref, cu_ref, meta_ref, fp_ref, q_ref, pages_hbm, 
             kv = buf[slot].astype(jnp.float32)
             s = lax.dot_general(q, kv, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32,
                                 precision=lax.Precision.HIGHEST) * sm_scale     # ML-3: q_nope.c + q_pe.r
-            safe_cap = jnp.where(cap > 0, cap, 1.0)
-            s = jnp.where(cap > 0, safe_cap * jnp.tanh(s / safe_cap), s)   # PA-16 after scaling, before masking
+            s = ragged_rows.soft_cap(s, cap)                                # PA-16 after scaling, before masking
             visible = ragged_rows.visible_keys(in_seq, pos, page, page_size, window)
             v = jnp.where(ragged_rows.seen_keys(visible, page_size), kv, 0.0)   # ML-4: values = c_kv; ML-7
             m_ref[...], l_ref[...], acc_ref[...] = ragged_rows.online_softmax_step(

@@ -6,8 +6,9 @@ Kernel shape (what a TPU needs, and what Pallas TPU interpret mode checks on CPU
 - metadata (kv_lens and the flattened block table, or the CSR page table kv_indptr / kv_indices /
   kv_last_page_len of spec/metadata.md MD-23; then cu_q_lens, [num_seqs, sliding_window]) is
   scalar-prefetched into SMEM; a static flag selects which form the kernel reads page ids and kv_len
-  from (one kernel body for both); float options (sm_scale, soft cap, k/v scales, sinks) sit in SMEM too,
-  so a new value never forces a recompile;
+  from (one kernel body for both); float options (sm_scale, soft cap, k/v scales, sinks) sit in SMEM too.
+  Window, cap, sinks and per-head scales are values, not compile-time flags (`ragged_rows`: NO_WINDOW,
+  cap 0, sink -inf and scale 1 mean none, exactly), so one compiled kernel serves every option column;
 - the KV pool stays in HBM (memory_space=ANY) in the combined-heads layout [P, page_size, 2*Hkv, Dp]
   (K of head h at 2h, V at 2h+1), and each page is DMA'd into a two-slot VMEM buffer: page p+1 is in
   flight while page p is being used;
@@ -39,9 +40,10 @@ from jax.experimental.pallas import tpu as pltpu
 from . import ragged_rows
 from .tiling import LANES, SUBLANES, packing
 
-# fparams layout in SMEM: sm_scale, soft_cap, k_scale, v_scale, then sinks[Hq], then the k and v scale of
-# each KV head [Hkv] + [Hkv] (a pool-wide scale repeated, or the per-head scales of PA-48).
-_SM, _CAP, _KS, _VS, _SINKS = 0, 1, 2, 3, 4
+# fparams layout in SMEM: sm_scale, soft_cap (0: none), two unused words, then sinks[Hq] (-inf: none), then
+# the k and v scale of each KV head [Hkv] + [Hkv] (a pool-wide scale repeated, the per-head scales of PA-48,
+# or 1 for float pages).
+_SM, _CAP, _SINKS = 0, 1, 4
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,7 @@ class AttentionConfig:
     """Static (compile-time) parameters of one kernel instance."""
     block_q: int          # query rows per grid step (multiple of 8)
     kv_heads_per_block: int
-    soft_cap: bool
-    sinks: bool
-    quantized: bool
-    sliding_window: bool
-    return_scores: bool
+    return_scores: bool   # per-token scores: a second pass and an output (PA-21)
     token_scales: bool = False    # per-token K/V scales beside the pages (PA-48) instead of one per KV head
 
 
@@ -86,9 +84,9 @@ def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, m
     q:          f32|bf16|f16 [T_pad, Hq, Dp]   (T_pad a multiple of block_q, Dp of 128)
     kv_pages:   [P, page_size, 2*Hkv, Dp] combined heads, storage dtype
     kv_lens:    i32[S]; page_table: i32[S * pages_per_seq]; cu_q_lens: i32[S+1]
-    meta:       i32[2] = (num_seqs, sliding_window or 0)
-    fparams:    f32[4 + Hq + 2 * Hkv] = (sm_scale, soft_cap, k_scale, v_scale, sinks..., k scale per KV head...,
-                v scale per KV head...)
+    meta:       i32[2] = (num_seqs, sliding_window or ragged_rows.NO_WINDOW)
+    fparams:    f32[4 + Hq + 2 * Hkv] = (sm_scale, soft_cap or 0, unused, unused, sinks (-inf: none)...,
+                k scale per KV head..., v scale per KV head... (1: unquantized))
     token_scales: f32[P, 2*Hkv, page_size] with cfg.token_scales (PA-48): the K scale of slot j of head h
                 at [page, 2h, j], its V scale at [page, 2h+1, j]; None otherwise
     Returns out f32[T_pad, Hq, Dp] and, with return_scores, scores f32[S, pages_per_seq, page_size].
@@ -207,7 +205,7 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
     q_block = pl.program_id(1)
     row0 = q_block * bq
     num_seqs = meta_ref[0]
-    window = meta_ref[1] if cfg.sliding_window else None
+    window = meta_ref[1]
     sm_scale = fp_ref[_SM]
 
     if cfg.return_scores:
@@ -219,11 +217,9 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
     token = row0 + lax.broadcasted_iota(jnp.int32, (rows, 1), 0) // group
 
     for h in range(hb):
-        sink = None
-        if cfg.sinks:   # PA-17: the sink of each row's query head
-            sink = jnp.stack([fp_ref[_SINKS + (head_block * hb + h) * group + g] for g in range(group)])
-            sink = jnp.tile(sink, bq).reshape(rows, 1)
-        m_ref[h], l_ref[h] = ragged_rows.softmax_start(sink, rows)
+        # PA-17: the sink of each row's query head (-inf: none)
+        sink = jnp.stack([fp_ref[_SINKS + (head_block * hb + h) * group + g] for g in range(group)])
+        m_ref[h], l_ref[h] = ragged_rows.softmax_start(jnp.tile(sink, bq).reshape(rows, 1), rows)
         acc_ref[h] = jnp.zeros(acc_ref.shape[1:], jnp.float32)
 
     def page_copies(i, page, slot):
@@ -249,7 +245,7 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
         if cfg.token_scales:   # the scales beside each slot of this KV head (PA-48), slots along the lanes
             k_row = scale_buf[slot, pl.ds(2 * h, 1), :]
             v_row = scale_buf[slot, pl.ds(2 * h + 1, 1), :]
-        elif cfg.quantized:   # the scale of this KV head (PA-18, PA-48)
+        else:   # the scale of this KV head (PA-18, PA-48; 1 for float pages: exact)
             head_scales = _SINKS + hkv_total * group
             k = k * fp_ref[head_scales + head_block * hb + h]
             v = v * fp_ref[head_scales + hkv_total + head_block * hb + h]
@@ -258,10 +254,7 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
                             precision=lax.Precision.HIGHEST)
         if k_row is not None:   # q . (k_j * scale_j) = (q . k_j) * scale_j: one scale per key column
             s = s * k_row
-        s = s * sm_scale
-        if cfg.soft_cap:
-            cap = fp_ref[_CAP]
-            s = cap * jnp.tanh(s / cap)
+        s = ragged_rows.soft_cap(s * sm_scale, fp_ref[_CAP])
         visible = ragged_rows.visible_keys(in_seq, pos, page, page_size, window)
         v = jnp.where(ragged_rows.seen_keys(visible, page_size), v, 0.0)
         return s, visible, v, v_row

@@ -12,8 +12,13 @@ the pieces both kernels use in that loop, as plain functions of values and refs 
   copied;
 - `visible_keys`: the mask of one page's keys per row (PA-7, PA-15);
 - `walk_pages`: the double-buffered page loop;
+- `soft_cap`: PA-16 with the cap as a value (0: none);
 - `softmax_start` / `online_softmax_step` / `softmax_finish`: the online softmax with sinks (PA-13, PA-17),
   masking by selection only, so NaN in a slot no row sees never reaches a row (PA-24, ML-7).
+
+Options are values, not compile-time flags, so that one compiled kernel serves every option column (a
+compile costs seconds in interpret mode, a call tens of milliseconds): a window of NO_WINDOW keys hides
+nothing, a cap of 0 caps nothing, a -inf sink is exactly no sink (PA-17).
 
 Shapes: a block has R = block_q * G rows of the softmax state (G query heads per KV head; the row of query
 row t and head g is t * G + g), `token: i32[R, 1]` the flattened query row of each, `s: f32[R, page_size]`
@@ -25,6 +30,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+#: the sliding window that stands for "no window": wider than any sequence, so it hides no key
+NO_WINDOW = 1 << 30
+
 
 def sequence_in_block(q_start, q_end, kv_len, row0, block_q: int, token, page_size: int, window=None):
     """Sequence [q_start, q_end) of the flattened rows, with kv_len keys, against the block of rows
@@ -33,7 +41,7 @@ def sequence_in_block(q_start, q_end, kv_len, row0, block_q: int, token, page_si
     active: the sequence has a row in the block; pages [page_lo, page_hi) hold every key a row of it in the
     block sees (PA-6: row t sits at kv_len - q_len + (t - q_start) and sees keys <= its position; with a
     window W, PA-15, keys > position - W); in_seq, pos: bool / i32 [R, 1], whether each state row belongs to
-    the sequence, and its position. `window` is None (no window) or a positive traced int."""
+    the sequence, and its position. `window`: a positive traced int (NO_WINDOW: none) or None."""
     first_pos = kv_len - (q_end - q_start)
     lo_row = jnp.maximum(q_start, row0)
     hi_row = jnp.minimum(q_end, row0 + block_q)
@@ -85,6 +93,12 @@ def walk_pages(page_lo, page_hi, copies, use):
         return carry
 
     lax.fori_loop(page_lo, page_hi, body, 0)
+
+
+def soft_cap(s, cap):
+    """PA-16 on logits s: cap * tanh(s / cap) for a cap > 0, s unchanged for cap = 0."""
+    safe = jnp.where(cap > 0, cap, 1.0)
+    return jnp.where(cap > 0, safe * jnp.tanh(s / safe), s)
 
 
 def softmax_start(sink, rows: int):

@@ -254,6 +254,18 @@ class HeadBlockStraddlesKvHeads(Mutant):
         return reference.ragged_paged_attention(q, k_pages[:, :, kv_head], v_pages[:, :, kv_head], *args, **kw)
 
 
+def _scales_read_by_query_head(q, k_pages, v_pages, args, k_scale, v_scale, kw):
+    """Attention whose query head h reads the scales of KV head h % Hkv instead of its own, h // group
+    (PA-48): GQA expanded to one KV head per query head, the scales' last axis (the KV head) indexed the
+    wrong way."""
+    hq, hkv = q.shape[1], k_pages.shape[2]
+    heads = np.arange(hq) // (hq // hkv)
+    wrong = np.arange(hq) % hkv
+    return reference.ragged_paged_attention(q, k_pages[:, :, heads], v_pages[:, :, heads], *args,
+                                            k_scale=np.asarray(k_scale)[..., wrong],
+                                            v_scale=np.asarray(v_scale)[..., wrong], **kw)
+
+
 @mutant(op="ragged_paged_attention", clause="PA-48",
         description="per-head scales indexed by query head (h % Hkv) instead of KV head (h // group)")
 class HeadScaleByQueryHead(Mutant):
@@ -261,12 +273,7 @@ class HeadScaleByQueryHead(Mutant):
         if np.ndim(k_scale) != 1:
             return reference.ragged_paged_attention(q, k_pages, v_pages, *args, k_scale=k_scale,
                                                     v_scale=v_scale, **kw)
-        hq, hkv = q.shape[1], k_pages.shape[2]
-        heads = np.arange(hq) // (hq // hkv)          # GQA expanded: one KV head per query head
-        wrong = np.arange(hq) % hkv                   # the scale index the kernel used
-        return reference.ragged_paged_attention(q, k_pages[:, :, heads], v_pages[:, :, heads], *args,
-                                                k_scale=np.asarray(k_scale)[wrong],
-                                                v_scale=np.asarray(v_scale)[wrong], **kw)
+        return _scales_read_by_query_head(q, k_pages, v_pages, args, k_scale, v_scale, kw)
 
 
 @mutant(op="write_kv", clause="PA-48",
@@ -321,9 +328,4 @@ class TokenScaleByQueryHead(Mutant):
         if np.ndim(k_scale) != 3:
             return reference.ragged_paged_attention(q, k_pages, v_pages, *args, k_scale=k_scale,
                                                     v_scale=v_scale, **kw)
-        hq, hkv = q.shape[1], k_pages.shape[2]
-        heads = np.arange(hq) // (hq // hkv)          # GQA expanded: one KV head per query head
-        wrong = np.arange(hq) % hkv                   # the scale column the kernel read
-        return reference.ragged_paged_attention(q, k_pages[:, :, heads], v_pages[:, :, heads], *args,
-                                                k_scale=np.asarray(k_scale)[:, :, wrong],
-                                                v_scale=np.asarray(v_scale)[:, :, wrong], **kw)
+        return _scales_read_by_query_head(q, k_pages, v_pages, args, k_scale, v_scale, kw)

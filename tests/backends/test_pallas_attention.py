@@ -179,12 +179,12 @@ def test_errors_name_the_argument():
 
 def test_tpu_tiling_rules():
     """What Mosaic would reject is rejected before the call, naming the rule."""
-    cfg = AttentionConfig(8, 1, False, False, False, False, False)
-    check_tpu_shapes((8, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(8, 4, *[False] * 5))
+    cfg = AttentionConfig(8, 1, False)
+    check_tpu_shapes((8, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(8, 4, False))
     with pytest.raises(ValueError, match="128 lanes"):
         check_tpu_shapes((8, 4, 64), (4, 4, 8, 64), np.float32, cfg)
     with pytest.raises(ValueError, match="block_q"):
-        check_tpu_shapes((12, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(12, 4, *[False] * 5))
+        check_tpu_shapes((12, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(12, 4, False))
     with pytest.raises(ValueError, match="packing 4"):  # 2 fp8 rows of one head block: not a packed tile
         check_tpu_shapes((8, 4, 128), (4, 4, 8, 128), ml_dtypes.float8_e4m3fn, cfg)
 
@@ -194,7 +194,8 @@ def test_claims_and_availability():
     assert set(caps) == {"ragged_paged_attention", "write_kv", "rotate_keys", "shift_keys", "causal_conv1d_update",
                          "selective_state_update", "ssd_chunked_scan", "rwkv6_wkv", "gated_delta_rule_update",
                          "gated_delta_rule_chunked", "recurrent_store_step", "ragged_paged_attention_csr",
-                         "slot_mapping_from_arena", "append_slot_mapping", "mla_paged_attention"}
+                         "slot_mapping_from_arena", "append_slot_mapping", "mla_paged_attention",
+                         "accumulate_scores", "plan_eviction"}
     assert "int8" in caps["ragged_paged_attention"].kv_dtypes
     avail = BACKEND.availability()
     assert avail.ok and "Pallas TPU interpret mode" in avail.device
