@@ -432,8 +432,9 @@ def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *
     """What both page-table forms hand the attention kernel besides the page table, from the reference's
     normalised call (`validate_ragged_paged_attention`): q and the combined pool padded to their buckets,
     cu_q_lens padded to pow2(S, min_seqs) + 1 entries (padding sequences have no rows), meta (num_seqs, window),
-    the per-token scales beside the pool (f32[P_pad, 2*Hkv, page_size], PA-48, or None), the float parameters
-    and the static config."""
+    the scales beside the pool for quantized pages (f32[P_pad, 2*Hkv, page_size], every scale form of PA-18 /
+    PA-48 as one scale per slot and KV head; None for float pages), the float parameters and the static
+    config."""
     from . import layout
     from .paged_attention import AttentionConfig
     q_arr = np.asarray(q)
@@ -454,15 +455,15 @@ def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *
     cu[:n + 1] = call.cu_q_lens[:n + 1]
     meta = np.array([n, call.sliding_window or NO_WINDOW], np.int32)
     token_scales = None
-    if np.ndim(call.k_scale) == 3:   # PA-48: K scales of head h in row 2h, V scales in 2h+1, slots on lanes
+    if call.k_scale is not None:   # K scales of head h in row 2h, V scales in 2h+1, slots on lanes (PA-48)
         token_scales = np.zeros((kv_k.shape[0], 2 * Hkv, page_size), np.float32)
-        token_scales[:P, 0::2] = np.swapaxes(np.asarray(call.k_scale, np.float32), 1, 2)
-        token_scales[:P, 1::2] = np.swapaxes(np.asarray(call.v_scale, np.float32), 1, 2)
-    fparams = np.zeros(4 + Hq + 2 * Hkv, np.float32)
+        for rows, scale in ((slice(0, None, 2), call.k_scale), (slice(1, None, 2), call.v_scale)):
+            per_slot = np.broadcast_to(np.asarray(scale, np.float32).reshape((1,) * (3 - np.ndim(scale))
+                                                                              + np.shape(scale)), (P, page_size, Hkv))
+            token_scales[:P, rows] = np.swapaxes(per_slot, 1, 2)
+    fparams = np.zeros(4 + Hq, np.float32)
     fparams[:2] = (call.sm_scale, call.soft_cap or 0.0)       # cap 0: none
-    fparams[4:4 + Hq] = -np.inf if call.sinks is None else call.sinks      # -inf: exactly no sink (PA-17)
-    for base, scale in ((4 + Hq, call.k_scale), (4 + Hq + Hkv, call.v_scale)):   # per KV head (PA-48)
-        fparams[base:base + Hkv] = 1.0 if scale is None or token_scales is not None else np.asarray(scale, np.float32)
+    fparams[4:] = -np.inf if call.sinks is None else call.sinks      # -inf: exactly no sink (PA-17)
     hb = kv_heads_per_block(Hq, Hkv, q_k.dtype, kv_k.dtype)   # PA-47: whole sublane tiles per block
     cfg = AttentionConfig(block_q=8, kv_heads_per_block=hb, return_scores=return_scores,
                           token_scales=token_scales is not None)

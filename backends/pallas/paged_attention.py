@@ -12,11 +12,12 @@ Kernel shape (what a TPU needs, and what Pallas TPU interpret mode checks on CPU
 - the KV pool stays in HBM (memory_space=ANY) in the combined-heads layout [P, page_size, 2*Hkv, Dp]
   (K of head h at 2h, V at 2h+1), and each page is DMA'd into a two-slot VMEM buffer: page p+1 is in
   flight while page p is being used;
-- per-token scales (PA-48) stay in HBM beside the pool, [P, 2*Hkv, page_size] float32 (the K scales of
-  head h in row 2h, the V scales in row 2h+1, slots along the lanes), and each page's scales ride a second
-  DMA into their own two-slot buffer with the page; they multiply the logits of their keys (K) and the
-  probabilities of their values (V), one scale per (slot, KV head), so every query head of the group
-  reads the scales of its own KV head;
+- quantized pages (PA-18, PA-48) come with their scales beside the pool in HBM, [P, 2*Hkv, page_size]
+  float32 (the K scales of head h in row 2h, the V scales in row 2h+1, slots along the lanes; a per-tensor
+  or per-KV-head scale is repeated there by the adapter, so one compiled kernel serves all three forms),
+  and each page's scales ride a second DMA into their own two-slot buffer with the page; they multiply the
+  logits of their keys (K) and the probabilities of their values (V), one scale per (slot, KV head), so
+  every query head of the group reads the scales of its own KV head;
 - online softmax state (row max m, denominator l, accumulator acc) lives in VMEM scratch, one row per
   (query row, query head of the group), so one KV page is read once for the whole GQA group;
 - pages outside [first visible key, last visible key] of the block's rows are never copied, which is
@@ -40,9 +41,7 @@ from jax.experimental.pallas import tpu as pltpu
 from . import ragged_rows
 from .tiling import LANES, SUBLANES, packing
 
-# fparams layout in SMEM: sm_scale, soft_cap (0: none), two unused words, then sinks[Hq] (-inf: none), then
-# the k and v scale of each KV head [Hkv] + [Hkv] (a pool-wide scale repeated, the per-head scales of PA-48,
-# or 1 for float pages).
+# fparams layout in SMEM: sm_scale, soft_cap (0: none), two unused words, then sinks[Hq] (-inf: none).
 _SM, _CAP, _SINKS = 0, 1, 4
 
 
@@ -52,7 +51,7 @@ class AttentionConfig:
     block_q: int          # query rows per grid step (multiple of 8)
     kv_heads_per_block: int
     return_scores: bool   # per-token scores: a second pass and an output (PA-21)
-    token_scales: bool = False    # per-token K/V scales beside the pages (PA-48) instead of one per KV head
+    token_scales: bool = False    # quantized pages: K/V scales per slot and KV head beside them (PA-48)
 
 
 def check_tpu_shapes(q_shape, kv_shape, kv_dtype, cfg: AttentionConfig) -> None:
@@ -85,10 +84,9 @@ def ragged_paged_attention_kernel(q, kv_pages, kv_lens, page_table, cu_q_lens, m
     kv_pages:   [P, page_size, 2*Hkv, Dp] combined heads, storage dtype
     kv_lens:    i32[S]; page_table: i32[S * pages_per_seq]; cu_q_lens: i32[S+1]
     meta:       i32[2] = (num_seqs, sliding_window or ragged_rows.NO_WINDOW)
-    fparams:    f32[4 + Hq + 2 * Hkv] = (sm_scale, soft_cap or 0, unused, unused, sinks (-inf: none)...,
-                k scale per KV head..., v scale per KV head... (1: unquantized))
-    token_scales: f32[P, 2*Hkv, page_size] with cfg.token_scales (PA-48): the K scale of slot j of head h
-                at [page, 2h, j], its V scale at [page, 2h+1, j]; None otherwise
+    fparams:    f32[4 + Hq] = (sm_scale, soft_cap or 0, unused, unused, sinks (-inf: none)...)
+    token_scales: f32[P, 2*Hkv, page_size] with cfg.token_scales (quantized pages, PA-18, PA-48): the K
+                scale of slot j of head h at [page, 2h, j], its V scale at [page, 2h+1, j]; None otherwise
     Returns out f32[T_pad, Hq, Dp] and, with return_scores, scores f32[S, pages_per_seq, page_size].
     """
     return _attention_call(q, kv_pages, token_scales, (kv_lens, page_table), cu_q_lens, meta, fparams, csr=False,
@@ -133,7 +131,7 @@ def _attention_call(q, kv_pages, token_scales, page_meta, cu_q_lens, meta, fpara
     grid = (hkv // hb, T // bq)
 
     kernel = functools.partial(_kernel, cfg=cfg, csr=csr, page_size=page_size, pages_per_seq=pages_per_seq,
-                               hkv_total=hkv, group=group, kv_dtype=kv_pages.dtype)
+                               group=group)
     in_specs = [
         pl.BlockSpec(memory_space=pltpu.SMEM),                                   # fparams
         pl.BlockSpec((bq, hb * group, Dp), lambda h, b, *_: (b, h, 0)),         # q
@@ -189,7 +187,7 @@ def _page_reader(csr: bool, page_refs, page_size: int, pages_per_seq: int):
     return page_id, kv_len
 
 
-def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, group, kv_dtype, hkv_total):
+def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, group):
     n_page_meta = 3 if csr else 2
     page_id, seq_kv_len = _page_reader(csr, refs[:n_page_meta], page_size, pages_per_seq)
     cu_ref, meta_ref, fp_ref, q_ref, kv_hbm, *rest = refs[n_page_meta:]
@@ -237,18 +235,14 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
                                              window)
 
     def logits_and_mask(slot, h, page, in_seq, pos):
-        """Scaled (and capped) logits [rows, page_size], the visibility mask, dequantized V and the V scale
-        of each key ([1, page_size] with per-token scales, else None)."""
+        """Scaled (and capped) logits [rows, page_size], the visibility mask, V and the V scale of each key
+        ([1, page_size] for quantized pages, else None)."""
         k = buf[slot, :, 2 * h, :].astype(jnp.float32)
         v = buf[slot, :, 2 * h + 1, :].astype(jnp.float32)
         k_row = v_row = None
         if cfg.token_scales:   # the scales beside each slot of this KV head (PA-48), slots along the lanes
             k_row = scale_buf[slot, pl.ds(2 * h, 1), :]
             v_row = scale_buf[slot, pl.ds(2 * h + 1, 1), :]
-        else:   # the scale of this KV head (PA-18, PA-48; 1 for float pages: exact)
-            head_scales = _SINKS + hkv_total * group
-            k = k * fp_ref[head_scales + head_block * hb + h]
-            v = v * fp_ref[head_scales + hkv_total + head_block * hb + h]
         q = q_ref[:, h * group:(h + 1) * group, :].astype(jnp.float32).reshape(rows, -1)
         s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32,
                             precision=lax.Precision.HIGHEST)
