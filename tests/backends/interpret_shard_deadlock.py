@@ -1,6 +1,6 @@
 """Minimal reproducer: Pallas TPU interpret mode under shard_map deadlocks on a small CPU thread pool.
 
-Not a test (pytest does not collect it); `test_pallas_sharding.py` runs it with enough threads. Usage:
+Not a test (pytest does not collect it: a script to run by hand). Usage:
 
     python tests/backends/interpret_shard_deadlock.py DEVICES KIB [POOL_THREADS]
 

@@ -3,15 +3,12 @@ equals the reference, compared through the suite's checks (spec/numerics.md NU-P
 
 The backend runs where the suite runs it, in a worker process: `make_backend()` asks XLA for several CPU
 devices before jax is imported there, which this test process (jax may already be imported) cannot do.
-Cases: one KV head per shard with sinks and scores (the psum) on 2 devices, two KV heads per shard with a
-non-power-of-two group and per-KV-head scales on 4 devices (the shape that deadlocked interpret mode before
-the worker sized XLA's CPU thread pool, runtime.py), and four KV heads per shard on 8 devices. The drawn
-cases are the conformance suite's `head_sharding` column; these stay as a fast kernel check."""
+Cases: one KV head per shard with sinks and scores (the psum) on 2 devices, and two KV heads per shard
+with a non-power-of-two group on 8 devices, whose per-shard KV pool (256 KiB) deadlocked interpret mode
+before the worker sized XLA's CPU thread pool (runtime.py; interpret_shard_deadlock.py reproduces it). The
+drawn cases are the conformance suite's `head_sharding` column (2, 4, 8 shards, per-KV-head scales); these
+stay as a fast kernel check."""
 from __future__ import annotations
-
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,7 +53,7 @@ def test_worker_claims_head_sharding(pallas_worker):
 
 
 @pytest.mark.parametrize("hkv, group, num_shards, sinks, quantized",
-                         [(2, 2, 2, True, False), (8, 3, 4, False, True), (32, 1, 8, True, False)])
+                         [(2, 2, 2, True, False), (16, 3, 8, True, False)])
 def test_sharded_attention_conforms(pallas_worker, hkv, group, num_shards, sinks, quantized):
     x = _inputs(np.random.default_rng(7), hkv, group, num_shards, sinks=sinks, quantized=quantized)
     actual, mutated = pallas_worker.call("ragged_paged_attention", x)
@@ -69,11 +66,3 @@ def test_shard_count_must_divide_kv_heads():
     with pytest.raises(ValueError, match="num_shards=2 must divide the KV heads Hkv=3"):
         reference.ragged_paged_attention(**x)
 
-
-def test_deadlock_reproducer_completes_with_more_threads_than_devices():
-    """The reduced reproducer of the interpret-mode deadlock (interpret_shard_deadlock.py) runs through
-    with the thread pool the worker sets: more threads than devices."""
-    script = Path(__file__).with_name("interpret_shard_deadlock.py")
-    proc = subprocess.run([sys.executable, str(script), "4", "128", "5"], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0 and "done" in proc.stdout, proc.stdout + proc.stderr
