@@ -6,9 +6,9 @@ Kernel shape (what a TPU needs, and what Pallas TPU interpret mode checks on CPU
 - metadata (kv_lens and the flattened block table, or the CSR page table kv_indptr / kv_indices /
   kv_last_page_len of spec/metadata.md MD-23; then cu_q_lens, [num_seqs, sliding_window]) is
   scalar-prefetched into SMEM; a static flag selects which form the kernel reads page ids and kv_len
-  from (one kernel body for both); float options (sm_scale, soft cap, k/v scales, sinks) sit in SMEM too.
-  Window, cap, sinks and per-head scales are values, not compile-time flags (`ragged_rows`: NO_WINDOW,
-  cap 0, sink -inf and scale 1 mean none, exactly), so one compiled kernel serves every option column;
+  from (one kernel body for both); float options (sm_scale, soft cap, sinks) sit in SMEM too. Window,
+  cap and sinks are values, not compile-time flags (`ragged_rows`: NO_WINDOW, cap 0 and sink -inf mean
+  none, exactly), so one compiled kernel serves every option column;
 - the KV pool stays in HBM (memory_space=ANY) in the combined-heads layout [P, page_size, 2*Hkv, Dp]
   (K of head h at 2h, V at 2h+1), and each page is DMA'd into a two-slot VMEM buffer: page p+1 is in
   flight while page p is being used;
