@@ -68,8 +68,10 @@ class PallasBackend(Backend):
                 limits={"max_head_dim": MAX_HEAD_DIM}),
             "slot_mapping_from_arena": OpClaims(dtypes=("int32",), kv_dtypes=("uint8",)),
             "append_slot_mapping": OpClaims(dtypes=("int32",), kv_dtypes=("int32",)),
+            # float64 k/v too: PA-43/PA-44 round them to float32 first (fl32(x)), the step a TPU transfer of a
+            # float64 array takes anyway (jax without x64), so the kernel receives exactly fl32(x)
             "write_kv": OpClaims(
-                dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
+                dtypes=FLOAT_ACTIVATIONS + ("float64",), kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 features=("quantized_kv", "per_head_scales", "per_token_scales")),
             # absorbed MLA (ML-*): blocks of ragged query rows (decode and prefill) with all heads
             "mla_paged_attention": OpClaims(
@@ -238,7 +240,7 @@ class PallasBackend(Backend):
         n_pad = pow2(n, 8)
         slots = np.full(n_pad, -1, np.int32)
         slots[:n] = np.where(call.slot_mapping >= 0, call.slot_mapping, -1)
-        # Pinned rounding (PA-44): through float32 first, exact for every claimed activation dtype.
+        # Pinned rounding (PA-43, PA-44): through float32 first (exact for 16-bit activations, fl32(x) for float64).
         kp = np.zeros((n_pad,) + call.k.shape[1:], np.float32)
         vp = np.zeros_like(kp)
         kp[:n], vp[:n] = call.k, call.v
