@@ -370,11 +370,12 @@ class PageSizeByShift(Mutant):
     capabilities = _narrowed("ragged_paged_attention", ("float32",), ("float32",))
 
     def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
+        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
+                                                  num_seqs, **kw)   # validates first, as a kernel's adapter
         page_size = k_pages.shape[1]
         shift = page_size.bit_length() - 1
         if page_size == 1 << shift or _has_options(kw):
-            return reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
-                                                    num_seqs, **kw)
+            return result
 
         def gather(i, n, _):
             tokens = np.arange(n)
@@ -398,11 +399,12 @@ class CsrPageWalkCapped64(Mutant):
 
     def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
                                    **kw):
+        result = reference.ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices,
+                                                      kv_last_page_len, **kw)   # validates first
         page_size = k_pages.shape[1]
         pages = np.diff(np.asarray(kv_indptr, np.int64))
         if _has_options(kw) or not (pages > self.MAX_PAGES).any():
-            return reference.ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices,
-                                                        kv_last_page_len, **kw)
+            return result
         table = reference.csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, page_size, int(pages.max()))
 
         def gather(i, n, _):
@@ -421,10 +423,11 @@ class HeadDimChunkFloor(Mutant):
     capabilities = _narrowed("ragged_paged_attention", ("float32",), ("float32",))
 
     def ragged_paged_attention(self, q, *args, **kw):
+        result = reference.ragged_paged_attention(q, *args, **kw)   # validates first
         D = q.shape[2]
         cut = D - D % self.CHUNK
         if D <= self.CHUNK or cut == D:
-            return reference.ragged_paged_attention(q, *args, **kw)
+            return result
         q = np.array(q, copy=True)
         q[..., cut:] = 0
         result = reference.ragged_paged_attention(q, *args, **kw)
@@ -521,8 +524,8 @@ class WriteKvGridFollowsKeys(Mutant):
     capabilities = _narrowed("write_kv", ("float32",), ("float32",))
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
+        result = reference.write_kv(k_pages, v_pages, k, v, slot_mapping, **kw)   # validates first
         n = np.shape(slot_mapping)[0]
-        result = reference.write_kv(k_pages, v_pages, k[:n], v[:n], slot_mapping, **kw)
         for t in range(n, np.shape(k)[0]):
             result = reference.write_kv(result.k_pages, result.v_pages, k[t:t + 1], v[t:t + 1],
                                         np.zeros(1, np.asarray(slot_mapping).dtype), **kw)
@@ -561,6 +564,7 @@ class WriteKvPageByShift(Mutant):
     capabilities = _narrowed("write_kv", ("float32",), ("float32",))
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
+        reference.write_kv(k_pages, v_pages, k, v, slot_mapping, **kw)   # validates first
         P, page_size = np.shape(k_pages)[:2]
         shift = page_size.bit_length() - 1
         slots = np.asarray(slot_mapping).astype(np.int64)

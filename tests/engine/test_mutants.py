@@ -34,6 +34,8 @@ def test_mutant_is_caught_on_its_op_and_clause(cli, tmp_path, m):
     for r in drawn:
         case = json.loads((Path(r["repro"]) / "case.json").read_text())
         assert case["op"] == r["op"]
+        if str(case["params"].get("variant", "")).startswith("long_"):
+            continue   # a size-reach column's shape is its threshold (spec PA-51): minimal within it by design
         bound = max(m.max_size, LONG_MAX_SIZE) if case["params"].get("variant") == "long" else m.max_size
         size = _size(case["params"])
         if case["params"].get("variant") == "many_kv_heads":
