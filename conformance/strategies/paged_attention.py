@@ -112,6 +112,7 @@ LONG_BUDGET = 0.12          # share of the profile's examples (ci: 3): each long
 #: the other size-reach columns: one example each in ci (round(25 * 0.04)), ten in thorough
 REACH_BUDGET = 0.04
 RANGE_BUDGET = 0.12         # the range column: base-sized calls, 3 examples in ci
+PADDED_BUDGET = 0.4         # write_kv's padded_tokens column: one form of the base column, 10 examples in ci
 
 # --- size reach (spec/paged_attention.md "Reach: sizes and values drawn") ---------------------------
 # The first option of each tuple below is what the ci profile's single example draws (Hypothesis starts
@@ -132,8 +133,9 @@ REACH_HEAD_DIMS = (80, 96, 112, 192, 64, 128, 256)
 #: 16-row query tile (vLLM's unified attention uses BLOCK_M = 16 up to 16 query heads per KV head and
 #: next_power_of_2(group) above): GQA 32 over 4 KV heads, MQA over 128, Llama-3.1-405B's 128/8, ...
 REACH_HEADS = ((4, 32), (1, 128), (8, 16), (2, 64), (128, 1), (1, 32))
-#: long_batch: decode rows in one call (serving engines capture decode batches of up to 256 or 512)
-REACH_BATCH = 256
+#: long_batch: decode rows in one call, from just past 128 sequences (a 7-step search, a 128-entry table) to
+#: past 256 (8-bit sequence ids); serving engines capture decode batches of up to 256 or 512
+REACH_BATCH = (129, 257)
 
 
 #: integer poison for metadata PA-24 / PA-5 declare ignored: far out of range of any page pool or length
@@ -188,6 +190,8 @@ def example_share(variant: Variant) -> float:
         return REACH_BUDGET
     if variant.values:
         return RANGE_BUDGET
+    if variant.name == "padded_tokens":
+        return PADDED_BUDGET
     if variant.name in ("many_kv_heads", "head_sharding"):
         return MANY_HEADS_BUDGET
     return 1.0
@@ -285,16 +289,17 @@ def _reach_head_dims(claims: OpClaims, variant: Variant, top) -> tuple[int, ...]
 
 def _reach_lengths(draw, claims: OpClaims, variant: Variant, page_size: int, q_len_options, max_kv: int):
     """(q_lens, kv_lens) of a size-reach column other than `long` (which `_long_lengths` draws)."""
-    max_seqs = constraints.upper(claims, "max_num_seqs", REACH_BATCH)
+    max_seqs = constraints.upper(claims, "max_num_seqs", REACH_BATCH[1])
     fits = lambda lo, hi: (min(lo, max_kv), max(min(lo, max_kv), min(hi, max_kv)))   # noqa: E731
     if variant.reach == "batch":
         # Decode rows: one query row per sequence over a few pages each (the lengths from a seed: 256 draws
         # would make shrinking crawl)
+        num_seqs = draw(st.integers(min(REACH_BATCH[0], max_seqs), max_seqs))
         q_len = draw(sampled_from(_q_lens_admitted(claims, (1,), q_len_options)))
         rng = np.random.default_rng(draw(seeds))
         lo, hi = fits(max(1, q_len), 3 * page_size)
-        kv_lens = [int(n) for n in rng.integers(lo, hi + 1, size=max_seqs)]
-        return [q_len] * max_seqs, [max(n, q_len) for n in kv_lens]
+        kv_lens = [int(n) for n in rng.integers(lo, hi + 1, size=num_seqs)]
+        return [q_len] * num_seqs, [max(n, q_len) for n in kv_lens]
     if variant.reach == "pages":
         split = claims.limits.get("split_kv_min_keys")
         lo = max(REACH_TABLE_TILE * page_size + 1, int(split) + 1 if split else 0)
@@ -662,7 +667,7 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     if variant.long:
         # Hundreds of tokens (a decode batch of 256 rows and more), most written, slots from a seed (a drawn
         # list of 256 unique slots would make shrinking crawl); pools of one page and more
-        n = draw(st.integers(REACH_BATCH, 2 * REACH_BATCH))
+        n = draw(st.integers(REACH_WRITE_TOKENS[0], REACH_WRITE_TOKENS[1]))
         num_pages = min(_cdiv(n, page_size) + draw(st.integers(0, 1)), constraints.upper(claims, "max_pages", 1 << 20))
         capacity = num_pages * page_size
         live = min(n - draw(st.integers(0, 8)), capacity)
@@ -731,6 +736,8 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     return Case("write_kv", inputs, params, seed, poison=poison)
 
 
+#: write_kv's long column: tokens of one call (a decode batch of 256 rows, and a prefill chunk of 512)
+REACH_WRITE_TOKENS = (256, 512)
 #: write_kv's long column: KV heads x head dims past one 1024-element block of a row (8 x 160 = 1280; the
 #: Triton write kernel's row block is min(next_power_of_2(Hkv * D), 1024)), not powers of two first
 REACH_WRITE_HEAD_DIMS = (160, 192, 576, 128)
