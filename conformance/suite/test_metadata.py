@@ -19,6 +19,7 @@ from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import metadata as md
+from kvconform.conformance.strategies import goldens
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import metadata as md_bad
 from kvconform.reference.metadata import ArenaLayout, BlockTable, CsrPageTable
@@ -378,12 +379,12 @@ def csr_golden(page_size: int = 2, head_dim: int = 2, *, empty: bool = True) -> 
 @pytest.mark.parametrize("form", ("small", "real"))
 def test_attention_csr_golden(kvc, form):
     """csr_golden at page size 2 and head dim 2, and at the backend's real head dim and page size
-    (paged_attention.real_sizes; without the empty sequence, so that kernels that take none run it too):
+    (goldens.real_sizes; without the empty sequence, so that kernels that take none run it too):
     the mean of three values on CSR-listed pages."""
     claims = kvc.claims()
-    case = csr_golden() if form == "small" else csr_golden(*reversed(pa.real_sizes(claims)), empty=False)
-    kvc.require(claims, **pa.golden_space(case))
-    kvc.expect(case, kvc.call(case), pa.expected_rows(case, [[[2.0, 2.0]]]), what="hand-worked value")
+    case = csr_golden() if form == "small" else csr_golden(*reversed(goldens.real_sizes(claims)), empty=False)
+    kvc.require(claims, **goldens.golden_space(case))
+    kvc.expect(case, kvc.call(case), goldens.expected_rows(case, [[[2.0, 2.0]]]), what="hand-worked value")
 
 
 @conformance_test(op="ragged_paged_attention_csr", layer="differential", clauses=("MD-2", "MD-3", "MD-4", "MD-23"))

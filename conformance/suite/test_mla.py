@@ -17,6 +17,7 @@ from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import mla
+from kvconform.conformance.strategies import goldens
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import mla as mla_bad
 from kvconform.conformance.strategies.values import reseeded
@@ -120,14 +121,14 @@ GOLDENS = {
 def at_size(case: Case, d_c: int, page_size: int) -> Case:
     """An MLA golden restated at latent dim `d_c`, DeepSeek's RoPE dim 64 and `page_size`: zero dims added to
     both query parts and both pools (the hand-worked logits and latent outputs unchanged, the new output
-    columns 0), tokens re-paged (pa.repaged), the scale the golden used written out (the default of ML-3
+    columns 0), tokens re-paged (goldens.repaged), the scale the golden used written out (the default of ML-3
     follows d_c + d_r)."""
     x = dict(case.inputs)
     d_r = max(mla.REACH_LATENT[1], x["q_pe"].shape[2])
     sm_scale = x.get("sm_scale") or (x["q_nope"].shape[2] + x["q_pe"].shape[2]) ** -0.5
-    pools, table = pa.repaged([pa.padded_dims(x["c_kv_pages"], d_c), pa.padded_dims(x["k_pe_pages"], d_r)],
+    pools, table = goldens.repaged([goldens.padded_dims(x["c_kv_pages"], d_c), goldens.padded_dims(x["k_pe_pages"], d_r)],
                               x["kv_lens"], x["page_indices"], int(x["num_seqs"]), page_size)
-    x.update(q_nope=pa.padded_dims(x["q_nope"], d_c), q_pe=pa.padded_dims(x["q_pe"], d_r), c_kv_pages=pools[0],
+    x.update(q_nope=goldens.padded_dims(x["q_nope"], d_c), q_pe=goldens.padded_dims(x["q_pe"], d_r), c_kv_pages=pools[0],
              k_pe_pages=pools[1], page_indices=table, sm_scale=sm_scale)
     return Case(case.op, x, dict(case.params), case.seed)
 
@@ -141,9 +142,9 @@ def test_mla_golden(kvc, name, form):
     claims = kvc.claims(features=features)
     case, rows = build()
     if form == "real":   # the claimed latent dim of 64 or more (DeepSeek's 512 when any) and page size
-        case = at_size(case, *pa.real_sizes(claims, head_dims=(mla.REACH_LATENT[0], 128, 256)))
-    kvc.require(claims, **pa.golden_space(case))
-    kvc.expect(case, kvc.call(case), pa.expected_rows(case, rows), what="hand-worked value")
+        case = at_size(case, *goldens.real_sizes(claims, head_dims=(mla.REACH_LATENT[0], 128, 256)))
+    kvc.require(claims, **goldens.golden_space(case))
+    kvc.expect(case, kvc.call(case), goldens.expected_rows(case, rows), what="hand-worked value")
 
 
 # --- differential ----------------------------------------------------------------------------------

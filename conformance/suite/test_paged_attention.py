@@ -21,6 +21,7 @@ from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import constraints
+from kvconform.conformance.strategies import goldens
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import paged_attention as pa_bad
 from kvconform.conformance.strategies.values import reseeded
@@ -139,7 +140,7 @@ def restated(case: Case, dtype: str) -> Case:
     return Case(case.op, inputs, params, case.seed)
 
 
-#: name -> (build, clauses, features): `features` are exactly those the case uses (pa.features_used, checked
+#: name -> (build, clauses, features): `features` are exactly those the case uses (goldens.features_used, checked
 #: by tests/engine/test_golden_requirements.py); dtypes and sizes come from the case itself (golden_space)
 ATTENTION_GOLDENS = {
     "decode_two_keys": (golden_decode_two_keys, ("PA-7", "PA-14", "PA-25"), ()),
@@ -153,7 +154,7 @@ ATTENTION_GOLDENS = {
 
 
 #: the forms each golden is stated in: its own small sizes in each dtype where its values are exact, and
-#: "real": the backend's real head dim and page size (pa.real_sizes), in the first such claimed dtype
+#: "real": the backend's real head dim and page size (goldens.real_sizes), in the first such claimed dtype
 GOLDEN_FORMS = GOLDEN_DTYPES + ("real",)
 
 
@@ -162,7 +163,7 @@ def golden_in_form(kvc, claims, case: Case, form: str, at_size) -> Case:
     of GOLDEN_DTYPES the backend claims, with its values exact there)."""
     if form != "real":
         return restated(case, form)
-    head_dim, page_size = pa.real_sizes(claims)
+    head_dim, page_size = goldens.real_sizes(claims)
     for dtype in GOLDEN_DTYPES:
         if dtype in claims.dtypes:
             return restated(at_size(case, head_dim, page_size), dtype)
@@ -178,9 +179,9 @@ def test_attention_golden(kvc, name, form):
     kvc.cite(*clauses, "PA-24")
     claims = kvc.claims(features=features)
     case, rows = build()
-    case = golden_in_form(kvc, claims, case, form, pa.attention_at_size)
-    kvc.require(claims, **pa.golden_space(case))
-    kvc.expect(case, kvc.call(case), pa.expected_rows(case, rows), what="hand-worked value")
+    case = golden_in_form(kvc, claims, case, form, goldens.attention_at_size)
+    kvc.require(claims, **goldens.golden_space(case))
+    kvc.expect(case, kvc.call(case), goldens.expected_rows(case, rows), what="hand-worked value")
 
 
 def _write_golden_pages(dtype, page_size=2):
@@ -247,8 +248,8 @@ def write_at_size(case: Case, expected: dict, head_dim: int, page_size: int) -> 
         return out
     slots = np.asarray(x["slot_mapping"])
     x["slot_mapping"] = np.where(slots >= 0, slots // old * page_size + slots % old, slots).astype(slots.dtype)
-    x.update(k_pages=moved(x["k_pages"]), v_pages=moved(x["v_pages"]), k=pa.padded_dims(x["k"], head_dim),
-             v=pa.padded_dims(x["v"], head_dim))
+    x.update(k_pages=moved(x["k_pages"]), v_pages=moved(x["v_pages"]), k=goldens.padded_dims(x["k"], head_dim),
+             v=goldens.padded_dims(x["v"], head_dim))
     return Case(case.op, x, dict(case.params), case.seed), {name: moved(pool) for name, pool in expected.items()}
 
 
@@ -267,7 +268,7 @@ def test_write_kv_golden(kvc, name, form):
     claims = kvc.claims(features=features)
     case, expected = build()
     if form == "real":
-        case, expected = write_at_size(case, expected, *pa.real_sizes(claims))
+        case, expected = write_at_size(case, expected, *goldens.real_sizes(claims))
     kvc.require(claims, **write_space(case))
     kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
 

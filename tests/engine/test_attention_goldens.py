@@ -6,7 +6,7 @@ import pytest
 
 from kvconform.backends.base import OpClaims
 from kvconform.conformance.strategies import mla as mla_strategies
-from kvconform.conformance.strategies import paged_attention as pa
+from kvconform.conformance.strategies import goldens
 from kvconform.conformance.suite import test_metadata as md_suite
 from kvconform.conformance.suite import test_mla as mla_suite
 from kvconform.conformance.suite import test_paged_attention as pa_suite
@@ -20,23 +20,23 @@ REAL_ONLY = OpClaims(dtypes=("float32",), kv_dtypes=("float32", "float8_e4m3fn")
 def _attention_forms(name):
     build = pa_suite.ATTENTION_GOLDENS[name][0]
     case, _ = build()
-    return [case, pa.attention_at_size(case, *pa.real_sizes(REAL_ONLY))]
+    return [case, goldens.attention_at_size(case, *goldens.real_sizes(REAL_ONLY))]
 
 
 @pytest.mark.parametrize("name", sorted(pa_suite.ATTENTION_GOLDENS))
 def test_attention_golden_requires_exactly_the_features_it_uses(name):
     declared = set(pa_suite.ATTENTION_GOLDENS[name][2])
     for case in _attention_forms(name):
-        assert set(pa.features_used(case)) == declared, (name, pa.features_used(case), declared)
+        assert set(goldens.features_used(case)) == declared, (name, goldens.features_used(case), declared)
 
 
 @pytest.mark.parametrize("name", sorted(pa_suite.WRITE_GOLDENS))
 def test_write_golden_requires_exactly_the_features_it_uses(name):
     build, _, features = pa_suite.WRITE_GOLDENS[name]
     case, expected = build()
-    real, _ = pa_suite.write_at_size(case, expected, *pa.real_sizes(REAL_ONLY))
+    real, _ = pa_suite.write_at_size(case, expected, *goldens.real_sizes(REAL_ONLY))
     for c in (case, real):
-        assert set(pa.features_used(c)) == set(features)
+        assert set(goldens.features_used(c)) == set(features)
     assert real.inputs["k_pages"].shape[1] == 16 and real.inputs["k_pages"].shape[3] == 128
 
 
@@ -46,20 +46,20 @@ def test_mla_golden_requires_exactly_the_features_it_uses(name):
     case, _ = build()
     real = mla_suite.at_size(case, mla_strategies.REACH_LATENT[0], 16)
     for c in (case, real):
-        assert set(pa.features_used(c)) == set(features)
+        assert set(goldens.features_used(c)) == set(features)
     assert real.inputs["q_nope"].shape[2] == 512 and real.inputs["q_pe"].shape[2] == 64
 
 
 def test_csr_golden_uses_no_feature_and_its_real_form_no_empty_sequence():
     small, real = md_suite.csr_golden(), md_suite.csr_golden(128, 16, empty=False)
-    assert pa.features_used(small) == pa.features_used(real) == ()
-    assert pa.golden_space(small)["q_len"] == [1, 0] and pa.golden_space(real)["q_len"] == [1]
-    assert pa.golden_space(real)["kv_len"] == [3]
+    assert goldens.features_used(small) == goldens.features_used(real) == ()
+    assert goldens.golden_space(small)["q_len"] == [1, 0] and goldens.golden_space(real)["q_len"] == [1]
+    assert goldens.golden_space(real)["kv_len"] == [3]
 
 
 def test_real_sizes_follow_the_claims():
-    assert pa.real_sizes(REAL_ONLY) == (128, 16)
-    assert pa.real_sizes(OpClaims(head_dims=(64, 256), page_sizes=(32, 8))) == (64, 32)
-    assert pa.real_sizes(OpClaims(limits={"max_head_dim": 96, "page_size": {"multiple_of": 64}})) == (64, 64)
+    assert goldens.real_sizes(REAL_ONLY) == (128, 16)
+    assert goldens.real_sizes(OpClaims(head_dims=(64, 256), page_sizes=(32, 8))) == (64, 32)
+    assert goldens.real_sizes(OpClaims(limits={"max_head_dim": 96, "page_size": {"multiple_of": 64}})) == (64, 64)
     with pytest.raises(pytest.skip.Exception):
-        pa.real_sizes(OpClaims(head_dims=(8,)))
+        goldens.real_sizes(OpClaims(head_dims=(8,)))

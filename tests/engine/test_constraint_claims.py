@@ -97,19 +97,20 @@ def test_outside_names_each_dimension_outside_the_claims():
 def test_claims_widen_the_size_reach_columns():
     """spec/paged_attention.md PA-51: a listed value joins a size column's candidates, a multiple_of keeps
     the candidates it admits, a claimed set is drawn as listed (large values first where they matter)."""
+    from kvconform.conformance.strategies import attention_reach as ar
     from kvconform.conformance.strategies import paged_attention as pa
     listed = OpClaims(features=("gqa",), limits={"page_size": {"values": [16, 544]},
                                                  "group_size": {"values": [1, 2, 4, 8, 48]}})
-    assert constraints.reach(listed, "page_size", pa.BIG_PAGE_SIZES) == (544, 16)
+    assert constraints.reach(listed, "page_size", ar.BIG_PAGE_SIZES) == (544, 16)
     assert (1, 48) in pa._head_counts(listed, pa.Variant("long_heads", (), (), reach="heads"))
     sixteen = OpClaims(limits={"page_size": {"multiple_of": 16}})
-    assert constraints.reach(sixteen, "page_size", pa.REACH_PAGE_SIZES) == (48, 16)
-    assert constraints.reach(sixteen, "page_size", pa.BIG_PAGE_SIZES) == pa.BIG_PAGE_SIZES
+    assert constraints.reach(sixteen, "page_size", ar.REACH_PAGE_SIZES) == (48, 16)
+    assert constraints.reach(sixteen, "page_size", ar.BIG_PAGE_SIZES) == ar.BIG_PAGE_SIZES
     claimed = OpClaims(page_sizes=(16, 544, 32), head_dims=(64, 128, 96))
-    assert pa._reach_page_size(claimed, pa.Variant("x", (), (), reach="page_size"))[0] == 544
-    assert pa._reach_page_size(claimed, pa.Variant("x", (), (), reach="pages"))[0] == 16
-    assert pa._reach_head_dims(claimed, pa.Variant("x", (), (), reach="head_dim"), None)[0] == 96
-    assert constraints.reach(OpClaims(limits={"page_size": {"values": [8]}}), "page_size", pa.BIG_PAGE_SIZES) == (8,)
+    assert ar.page_sizes(claimed, "page_size")[0] == 544
+    assert ar.page_sizes(claimed, "pages")[0] == 16
+    assert ar.head_dims(claimed, "head_dim", "long_head_dim", None)[0] == 96
+    assert constraints.reach(OpClaims(limits={"page_size": {"values": [8]}}), "page_size", ar.BIG_PAGE_SIZES) == (8,)
     with pytest.raises(pytest.skip.Exception):    # no (Hkv, group) of 128 query heads within 8
         pa._head_counts(OpClaims(features=("gqa",), limits={"num_q_heads": 8}),
                         pa.Variant("long_heads", (), (), reach="heads"))
