@@ -245,8 +245,9 @@ def logit_bound(x: dict) -> float:
 
 # --- write_kv ------------------------------------------------------------------------------------
 
-#: write_kv's long column: tokens of one call (a decode batch of 256 rows, and a prefill chunk of 512)
-REACH_WRITE_TOKENS = (256, 512)
+#: write_kv's long column: tokens of one call, from past two 64-token blocks (the largest token block of our
+#: Triton write kernel) to a prefill chunk of 512
+REACH_WRITE_TOKENS = (130, 512)
 #: write_kv's long column: KV heads x head dims past one 1024-element block of a row (8 x 160 = 1280; the
 #: Triton write kernel's row block is min(next_power_of_2(Hkv * D), 1024)), not powers of two first
 REACH_WRITE_HEAD_DIMS = (160, 192, 576, 128)

@@ -107,8 +107,8 @@ WRITE_VARIANTS = (
 LONG_BUDGET = 0.12
 #: the other size-reach columns: one example each in ci (round(25 * 0.04)), ten in thorough
 REACH_BUDGET = 0.04
-RANGE_BUDGET = 0.12         # the range column: base-sized calls, 3 examples in ci
-PADDED_BUDGET = 0.4         # write_kv's padded_tokens column: one form of the base column, 10 examples in ci
+RANGE_BUDGET = 0.08         # the range column: base-sized calls, 2 examples in ci (the first: 16-bit)
+PADDED_BUDGET = 0.2         # write_kv's padded_tokens column: one form of the base column, 5 examples in ci
 
 #: integer poison for metadata PA-24 / PA-5 declare ignored: far out of range of any page pool or length
 METADATA_POISON = np.int32(2 ** 30)
@@ -444,8 +444,8 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     head_dim = pick(draw, dims, "head dim")
     hkv = pick(draw, heads, "Hkv")
     if variant.long:
-        # Hundreds of tokens (a decode batch of 256 rows and more), most written, slots from a seed (a drawn
-        # list of 256 unique slots would make shrinking crawl); pools of one page and more
+        # Hundreds of tokens (attention_reach.REACH_WRITE_TOKENS), most written, slots from a seed (a drawn
+        # list of hundreds of unique slots would make shrinking crawl); pools of one page and more
         n = draw(st.integers(*ar.REACH_WRITE_TOKENS))
         num_pages = min(_cdiv(n, page_size) + draw(st.integers(0, 1)), constraints.upper(claims, "max_pages", 1 << 20))
         capacity = num_pages * page_size
