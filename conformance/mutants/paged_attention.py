@@ -517,7 +517,7 @@ class LogitsFp16Accumulator(Mutant):
         return _replace_out(result, poison)
 
 
-@mutant(op="write_kv", clause="PA-50", only_caught_by="padded_tokens", max_size=12,
+@mutant(op="write_kv", clause="PA-50", only_caught_by="padded", max_size=12,
         description="the grid follows k's rows instead of the slot mapping's length: each padding row past "
                     "the slot mapping reads the stale (zero) slot-buffer entry and overwrites slot 0")
 class WriteKvGridFollowsKeys(Mutant):
