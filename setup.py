@@ -1,8 +1,8 @@
 """Maps the repository's top-level folders onto the `kvconform` import package.
 
 `reference/` -> `kvconform.reference`, `backends/` -> `kvconform.backends`,
-`conformance/` -> `kvconform.conformance`, `spec/` -> `kvconform.spec` (Markdown only, read by
-`kvconform coverage`). Subpackages are discovered so new kernel folders need no edit here.
+`conformance/` -> `kvconform.conformance`, `adapters/` -> `kvconform.adapters`, `spec/` -> `kvconform.spec`
+(Markdown only, read by `kvconform coverage`). Subpackages are discovered so new kernel folders need no edit here.
 """
 from setuptools import find_namespace_packages, setup
 
@@ -10,6 +10,7 @@ ROOTS = {
     "kvconform.reference": "reference",
     "kvconform.backends": "backends",
     "kvconform.conformance": "conformance",
+    "kvconform.adapters": "adapters",
 }
 
 packages = ["kvconform", "kvconform.spec"]

@@ -2,10 +2,14 @@
 
 A backend is an object with a name, a version, serialisable capability claims and one method per op.
 Every op method has the same name and signature as the reference function in `kvconform.reference`
-(see OPS below), takes NumPy arrays in the canonical layout of the spec, and returns NumPy arrays in the
-same structure as the reference returns (an array, or a NamedTuple of arrays). The backend converts to
-its own layout and device internally. Ops are pure: a backend must not modify its input arrays (our
-adapters copy before running in-place kernels).
+(see OPS below), takes NumPy arrays in the canonical layout of the spec, and returns arrays in the same
+structure as the reference returns: an array, or a tuple of arrays in the reference's field order (a
+NamedTuple with any field names, or a plain tuple). An array is a NumPy array or anything the engine
+converts exactly (conformance/protocol.py): a torch tensor of any dtype on any device, a jax array, an
+object with `__array__`, `__array_interface__` or `__dlpack__`. The backend converts to its own layout and
+device internally (`kvconform.adapters`: exact dtype conversion, the serving stacks' cache layouts and
+page tables). Ops are pure: a backend must not modify its input arrays nor return one of them or a view of
+one (`kvconform.adapters.to_torch` copies, so in-place kernels never touch the caller's arrays).
 
 Floating outputs may be returned in any float dtype at least as precise as the case requires: the
 tolerance comes from the case's inputs (spec/numerics.md NU-3), never from the returned dtype, and an
@@ -178,6 +182,8 @@ class Availability:
     ok: bool
     reason: str = ""     # why not, e.g. "torch is not installed"
     device: str = ""     # e.g. "cpu (Triton interpreter)", "NVIDIA H100", "cpu (Pallas TPU interpret mode)"
+    native: bool = False  # runs natively on an accelerator (GPU/TPU), not in an interpreter or on the CPU:
+                          # the `scale` profile (conformance/profiles.py) runs only such backends
 
 
 class Backend:
@@ -203,5 +209,6 @@ class Backend:
             "available": avail.ok,
             "reason": avail.reason,
             "device": avail.device,
+            "native": avail.native,
             "capabilities": {op: claims.to_json() for op, claims in self.capabilities().items()},
         }

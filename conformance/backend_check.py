@@ -115,7 +115,8 @@ def check_backend(spec: str, *, timeout: float = 120.0) -> tuple[list[Finding], 
     import pytest
     from kvconform import backends
     from .harness import compare_outputs
-    from .worker import BackendCrash, BackendDeclined, BackendError, ClaimsUnreadable, BackendUnavailable, Worker
+    from .worker import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
+                         ClaimsUnreadable, Worker)
 
     try:
         backend = backends.load(spec)
@@ -172,10 +173,15 @@ def check_backend(spec: str, *, timeout: float = 120.0) -> tuple[list[Finding], 
             except BackendError as exc:
                 findings.append(Finding(op, f"raised {exc.type_name}: {exc.message} on {case.shape_summary()}"))
                 continue
+            except BackendProtocolError as exc:
+                findings.append(Finding(op, f"{exc} on {case.shape_summary()}"))
+                continue
             if mutated:
                 findings.append(Finding(op, f"modified or aliased its inputs: {', '.join(mutated)}"))
             bad = [r for r in compare_outputs(case, expected, actual) if not r.ok]
-            if bad:
+            if bad and bad[0].kind == "structure":    # nothing compared: the fields do not match (protocol.py)
+                findings.append(Finding(op, f"{bad[0].problem} on {case.shape_summary()}"))
+            elif bad:
                 findings.append(Finding(op, f"differs from the reference on {case.shape_summary()}: "
                                             + "; ".join(r.summary() for r in bad)))
             else:

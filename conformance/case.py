@@ -162,10 +162,21 @@ def _bits(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
+#: inputs larger than this are not written to a reproducer (a scale case's pools are gigabytes); case.json
+#: then says so, with the case's `rebuild` param (how to make the case again) when it has one
+MAX_INPUT_BYTES = 256 * 2 ** 20
+
+
 def save(case: Case, directory: Path, extra: dict | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     arrays = case.arrays()
-    np.savez(directory / "inputs.npz", **{k: _bits(v) for k, v in arrays.items()})
+    size = sum(v.nbytes for v in arrays.values())
+    omitted = None
+    if size > MAX_INPUT_BYTES:
+        omitted = (f"inputs of {size / 2 ** 30:.1f} GiB not stored (limit {MAX_INPUT_BYTES // 2 ** 20} MiB); "
+                   f"rebuild: {case.params.get('rebuild') or 'not recorded'}")
+    else:
+        np.savez(directory / "inputs.npz", **{k: _bits(v) for k, v in arrays.items()})
     meta = {
         "schema": CASE_SCHEMA,
         "op": case.op,
@@ -176,6 +187,8 @@ def save(case: Case, directory: Path, extra: dict | None = None) -> None:
         "order": list(case.inputs),
         "expected": case.rejection.to_json() if case.rejection is not None else {"outcome": "result"},
     }
+    if omitted:
+        meta["inputs_omitted"] = omitted
     meta.update(extra or {})
     (directory / "case.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
 
@@ -193,6 +206,8 @@ def load(directory: Path) -> tuple[Case, dict]:
         raise CorruptReproducer(f"{directory}/case.json is not valid JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("schema") != CASE_SCHEMA or "op" not in meta:
         raise CorruptReproducer(f"{directory}/case.json is not a {CASE_SCHEMA} file")
+    if meta.get("inputs_omitted"):
+        raise CorruptReproducer(f"{directory}: {meta['inputs_omitted']}")
     try:
         with np.load(directory / "inputs.npz", allow_pickle=False) as npz:
             raw = {k: npz[k] for k in npz.files}

@@ -128,6 +128,25 @@ def _backends_for_run(requested: list[str]) -> list[str]:
     return requested
 
 
+def _native_backends(specs: list[str], profile: str, *, chosen: bool) -> list[str]:
+    """The backends of a native-only profile: each named one must run natively on an accelerator
+    (`Availability.native`); without --backend, those of the found ones that do."""
+    from kvconform import backends
+    native = []
+    for spec in specs:
+        avail = backends.load(spec).availability()
+        if avail.native:
+            native.append(spec)
+        elif chosen:
+            raise UsageError(f"profile {profile} runs natively on a GPU or TPU only: backend {spec!r} runs on "
+                             f"{avail.device or 'the CPU'} here (profile scale-smoke runs the same tests at small "
+                             f"sizes anywhere)")
+    if not native:
+        raise UsageError(f"profile {profile} runs natively on a GPU or TPU only: no backend found here does "
+                         f"(see `kvconform list`)")
+    return native
+
+
 def cmd_run(args) -> int:
     from kvconform.backends.base import OPS
     from . import profiles
@@ -155,9 +174,12 @@ def cmd_run(args) -> int:
             expectations.load([path])
         except expectations.ExpectationError as exc:
             raise UsageError(str(exc)) from None
+    profile = profiles.get(args.profile)
     out = _check_out(args.out)
     specs = _backends_for_run(args.backend)
-    suite = Path(args.suite) if args.suite else Path(__file__).resolve().parent / "suite"
+    if profile.native_only:
+        specs = _native_backends(specs, profile.name, chosen=bool(args.backend))
+    suite = Path(args.suite) if args.suite else Path(__file__).resolve().parent / profile.suite
     ini = out / ".pytest.ini"
     ini.write_text("[pytest]\n")
     pytest_args = [str(suite), "-c", str(ini), "--rootdir", str(suite.parent.parent), "-p", "no:cacheprovider",
@@ -199,7 +221,7 @@ def cmd_run(args) -> int:
             report = build.load_report(out)
         except build.ReportError:
             report = None
-        problems = build.unchecked(report, ops or list(OPS)) if report is not None else [
+        problems = build.unchecked(report, ops or list(profile.ops or OPS)) if report is not None else [
             "no report was written: nothing was checked"]
         for problem in problems:
             print(f"kvconform run: NOT CHECKED {problem}", flush=True)

@@ -70,10 +70,12 @@ def marked_clauses(texts: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def suite_tests(suite_dir: Path | None = None) -> list[dict]:
-    """[{test, module, op, clauses, layer}] for every marked test function of the suite."""
-    suite_dir = suite_dir or Path(__file__).resolve().parent / "suite"
+    """[{test, module, op, clauses, layer}] for every marked test function of the suite (default: the
+    regular suite and the scale profile's, conformance/scale_suite/)."""
+    here = Path(__file__).resolve().parent
+    dirs = [Path(suite_dir)] if suite_dir else [here / "suite", here / "scale_suite"]
     tests = []
-    for path in sorted(Path(suite_dir).glob("test_*.py")):
+    for path in sorted(p for d in dirs for p in d.glob("test_*.py")):
         spec = importlib.util.spec_from_file_location(f"_kvconform_suite_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -38,6 +38,7 @@ from kvconform.backends.base import OPS, OpClaims, claims_problems
 from . import profiles, tolerance
 from .case import Case
 from .compare import FieldResult, compare_field
+from .protocol import structure_problem
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
 from .timing import PhaseClock
 from .worker import ALIAS, BackendCrash, BackendDeclined, BackendError, BackendProtocolError, exception_line
@@ -101,9 +102,9 @@ def compare_outputs(case: Case, expected: Any, actual: Any, *, exact: bool = Fal
     numerics clause (e.g. NU-RO6)."""
     exp, act = as_fields(expected), as_fields(actual)
     results = []
-    if set(act) != set(exp) and len(act) != len(exp):
-        return [FieldResult("result", False, "structure",
-                            problem=f"returned fields {sorted(act)}, the reference returns {sorted(exp)}")]
+    problem = structure_problem(act, exp)
+    if problem is not None:
+        return [FieldResult("result", False, "structure", problem=problem)]
     if set(act) != set(exp):  # same arity, other names: match by position
         act = dict(zip(exp, act.values()))
     for name, (tol, mask) in (checks or checks_for(case.op))(case, exp, act).items():
@@ -429,6 +430,8 @@ class Harness:
         # for_all steers Hypothesis (profile.target) towards the worst headroom of each example
         self._example_headroom = max(worst, self._example_headroom or 0.0)
         bad = [r for r in results if not r.ok]
+        if bad and bad[0].kind == "structure":   # nothing was compared: the fields do not match (protocol.py)
+            self._fail(case, [], bad[0].problem)
         if bad:
             self._fail(case, bad, f"differs from the {what}")
 

@@ -6,6 +6,15 @@
 | ci       | 25            | yes         | none              | the CI gate: same cases every run    |
 | thorough | 250           | no          | <out>/hypothesis-db (shared) | long runs; `target(headroom)` |
 | repro    | 1             | yes         | none              | re-run one example, verbose          |
+| scale    | 1 (fixed cases) | yes       | none              | GPU limits: `scale_suite/`, native backends only |
+| scale-smoke | 1 (fixed cases) | yes    | none              | the scale tests at small sizes, anywhere |
+
+`scale` runs `conformance/scale_suite/` (not the regular suite): pools past 2**31 elements, 128k-token
+sequences, 256-row decode batches, more than 65535 rows (conformance/scale.py; judged by sampling,
+spec/numerics.md NU-13). It needs a backend that runs natively on an accelerator (`Availability.native`):
+elsewhere `kvconform run` refuses with one line and exit status 2, because a CI job that asked for the
+GPU limits and silently checked nothing would be green for nothing. `scale-smoke` runs the same tests at
+small sizes on any backend, to check the machinery (it proves nothing about the limits).
 
 No profile has a deadline: the first call of a JIT backend compiles (seconds), which a deadline would
 report as a flaky failure; hangs are caught by the worker timeout instead. A test may scale its example
@@ -29,7 +38,14 @@ class Profile:
     call_timeout: float
     verbose: bool = False
     shrink: bool = True
+    suite: str = "suite"          # the test package under conformance/ that the profile runs
+    native_only: bool = False     # refuse backends that do not run natively on an accelerator
+    ops: tuple[str, ...] = ()     # the ops its suite checks (the NOT CHECKED gate); () = every op
 
+
+#: the ops conformance/scale_suite/ checks
+SCALE_OPS = ("write_kv", "ragged_paged_attention", "selective_state_update", "causal_conv1d_update",
+             "gated_delta_rule_update", "mla_paged_attention")
 
 PROFILES = {
     "quick": Profile("quick", 8, derandomize=False, use_database=False, target=False, call_timeout=120.0),
@@ -37,6 +53,10 @@ PROFILES = {
     "thorough": Profile("thorough", 250, derandomize=False, use_database=True, target=True, call_timeout=300.0),
     "repro": Profile("repro", 1, derandomize=True, use_database=False, target=False, call_timeout=600.0,
                      verbose=True, shrink=False),
+    "scale": Profile("scale", 1, derandomize=True, use_database=False, target=False, call_timeout=1800.0,
+                     shrink=False, suite="scale_suite", native_only=True, ops=SCALE_OPS),
+    "scale-smoke": Profile("scale-smoke", 1, derandomize=True, use_database=False, target=False,
+                           call_timeout=600.0, shrink=False, suite="scale_suite", ops=SCALE_OPS),
 }
 
 

@@ -4,8 +4,9 @@ One `Worker` per backend: a spawned process that loads the backend once and then
 pipe (arrays travel pickled between our own two processes; nothing is unpickled from disk). A call that
 does not answer within its timeout, or a worker that dies, raises `BackendCrash`; the next call starts a
 fresh worker. An exception raised by the backend comes back as `BackendError` with its type and message,
-`kvconform.Unsupported` as `BackendDeclined` with the backend's reason, and a result that is not NumPy
-arrays (a list, a generator) as `BackendProtocolError`, saying so.
+`kvconform.Unsupported` as `BackendDeclined` with the backend's reason, and a result outside the protocol (a
+list, a generator, an array that cannot be converted) as `BackendProtocolError`, saying so. Results are
+converted, and inputs checked for mutation and aliasing, by conformance/protocol.py.
 
 `BackendCrash` derives from BaseException on purpose: Hypothesis then stops at once instead of shrinking
 (each shrink step would restart a worker), and the case that crashed is reported as it was drawn.
@@ -20,7 +21,7 @@ import time
 import traceback
 from typing import Any, NamedTuple
 
-import numpy as np
+from .protocol import ALIAS, InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs  # noqa: F401
 
 
 class BackendCrash(BaseException):
@@ -70,36 +71,8 @@ def _site(path: str, lineno, func: str) -> str:
 
 
 class BackendProtocolError(Exception):
-    """The backend returned something other than the protocol's NumPy arrays (a list, a generator, ...):
-    a failure of the case, said in those words (instead of the NumPy or pickling error it would cause)."""
-
-
-def output_problem(result: Any) -> str | None:
-    """Why a backend's result breaks the protocol of backends/base.py (an array, or a tuple/NamedTuple of
-    arrays), or None. Array-likes (NumPy scalars, objects with `__array__`) pass: they convert losslessly;
-    Python containers and iterators do not (a list of two pools would silently stack into one array)."""
-    if isinstance(result, tuple):
-        names = [f"field {f}" for f in getattr(result, "_fields", ())] or [f"element {i}" for i in range(len(result))]
-        for name, part in zip(names, result):
-            if not _array_like(part):
-                return (f"returned a tuple whose {name} is {_kind(part)}, expected numpy arrays "
-                        f"(protocol: backends/base.py)")
-        return None
-    if not _array_like(result):
-        return f"returned {_kind(result)}, expected a numpy array (protocol: backends/base.py)"
-    return None
-
-
-def _array_like(value: Any) -> bool:
-    return isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__array__")
-
-
-def _kind(value: Any) -> str:
-    """'a list', 'an int', 'None': what a value is, in words."""
-    if value is None:
-        return "None"
-    noun = type(value).__name__
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+    """The backend returned something outside the protocol (protocol.ProtocolViolation: a list, a generator,
+    an array that cannot be converted): a failure of the case, said in those words."""
 
 
 class BackendDeclined(Exception):
@@ -144,66 +117,23 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
         op, kwargs = request
         served = time.perf_counter()
         try:
-            before = {k: v.copy() for k, v in kwargs.items() if isinstance(v, np.ndarray)}
+            before = InputSnapshot(kwargs)
             started = time.perf_counter()
             result = getattr(backend, op)(**kwargs)
             backend_seconds = time.perf_counter() - started
-            problem = output_problem(result)
-            if problem is not None:   # checked before pickling, which a generator would not survive
-                conn.send(("protocol", problem))
+            try:   # converted before pickling, which a generator or a device tensor would not survive
+                outputs = protocol_outputs(result)
+            except ProtocolViolation as exc:
+                conn.send(("protocol", str(exc)))
                 continue
-            mutated = [k for k, v in before.items() if not _same_bits(v, kwargs[k])]
-            mutated += aliased_inputs(result, kwargs)
-            result = _to_numpy(result)
+            mutated = before.mutated(kwargs) + aliased_inputs(result, kwargs)
+            result = outputs
             timing = (backend_seconds, time.perf_counter() - served - backend_seconds)
             conn.send(("ok", (result, mutated, timing)))
         except Unsupported as exc:
             conn.send(("declined", str(exc)))
         except Exception as exc:
             conn.send(("error", _error_payload(exc)))
-
-
-#: marks an entry of a call's `mutated` list that reports aliasing rather than mutation
-ALIAS = " aliases input "
-
-
-def aliased_inputs(result: Any, kwargs: dict) -> list[str]:
-    """'<output> aliases input <name>' for every returned array sharing memory with an input array.
-
-    Checked where the backend ran (in the worker, before pickling loses the sharing): a backend that
-    returns a view of its input, or writes its result into an input buffer, would otherwise look pure."""
-    if isinstance(result, tuple) and hasattr(result, "_fields"):
-        outputs = dict(zip(result._fields, result))
-    elif isinstance(result, tuple):
-        outputs = {f"output{i}": r for i, r in enumerate(result)}
-    else:
-        outputs = {"out": result}
-    found = []
-    for out_name, out in outputs.items():
-        if not isinstance(out, np.ndarray):
-            continue
-        for in_name, arr in kwargs.items():
-            if isinstance(arr, np.ndarray) and np.may_share_memory(out, arr):
-                try:
-                    shared = np.shares_memory(out, arr, max_work=1_000_000)
-                except np.exceptions.TooHardError:
-                    shared = True
-                if shared:
-                    found.append(f"{out_name}{ALIAS}{in_name}")
-    return found
-
-
-def _same_bits(a: np.ndarray, b) -> bool:
-    return isinstance(b, np.ndarray) and a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-
-
-def _to_numpy(result: Any) -> Any:
-    """Arrays stay arrays; NamedTuples become (field names, arrays) so any tuple type pickles."""
-    if isinstance(result, tuple) and hasattr(result, "_fields"):
-        return ("__namedtuple__", tuple(result._fields), tuple(np.asarray(x) for x in result))
-    if isinstance(result, tuple):
-        return tuple(np.asarray(x) for x in result)
-    return np.asarray(result)
 
 
 class CallTiming(NamedTuple):
@@ -299,10 +229,7 @@ class Worker:
         round_trip = time.monotonic() - started
         self.last_timing = CallTiming(backend_seconds, guard_seconds,
                                       max(0.0, round_trip - backend_seconds - guard_seconds))
-        if isinstance(result, tuple) and len(result) == 3 and result[0] == "__namedtuple__":
-            from collections import namedtuple
-            result = namedtuple("Result", result[1])(*result[2])
-        return result, mutated
+        return result.value(), mutated
 
     def stop(self) -> None:
         if self._conn is not None:
@@ -388,6 +315,7 @@ class InProcess:
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
         from kvconform.backends.base import Unsupported
         self.last_timing = None
+        before = InputSnapshot(kwargs)
         try:
             started = time.perf_counter()
             try:
@@ -398,10 +326,11 @@ class InProcess:
             raise BackendDeclined(str(exc)) from None
         except Exception as exc:
             raise BackendError(*_error_payload(exc)) from None
-        problem = output_problem(result)
-        if problem is not None:
-            raise BackendProtocolError(problem)
-        return result, aliased_inputs(result, kwargs)
+        try:
+            outputs = protocol_outputs(result)
+        except ProtocolViolation as exc:
+            raise BackendProtocolError(str(exc)) from None
+        return outputs.value(), before.mutated(kwargs) + aliased_inputs(result, kwargs)
 
     def stop(self) -> None:
         pass

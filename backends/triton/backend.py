@@ -35,13 +35,16 @@ class TritonBackend(Backend):
     name = "triton"
     version = "0.1.0"
 
-    #: Split-KV is used for decode-like batches (every sequence fits one query tile) whose longest
-    #: sequence has at least this many keys; None = the device default. Tests set it to force a path.
+    #: Split-KV is used by the decode kernel when its longest sequence has at least this many keys;
+    #: None = the device default. Tests set it to force a path.
     split_min_kv: int | None = None
+    #: Width of the element offsets the attention and KV-write kernels compute: 64 (pools past 2**31
+    #: elements). 32 exists only for the offset mutant (offset_mutant.py), which the scale profile must fail.
+    offset_bits: int = 64
 
     def availability(self) -> Availability:
         rt = _runtime.configure()
-        return Availability(ok=rt.ok, reason=rt.reason, device=rt.description)
+        return Availability(ok=rt.ok, reason=rt.reason, device=rt.description, native=rt.ok and not rt.interpret)
 
     def capabilities(self) -> dict[str, OpClaims]:
         return {
@@ -148,20 +151,21 @@ class TritonBackend(Backend):
 
     def _attention_options(self, call, rt, q, k_pages) -> dict:
         """Kernel keywords shared by both page-table forms: options of the validated block-table `call`
-        (torch scalars/tensors on the device) and the launch parameters for its lengths."""
+        (torch scalars/tensors on the device) and the launch parameters for its lengths (the dispatch
+        between the decode and prefill kernels and the split rule: paged_attention.launch_defaults)."""
         _check_dtypes(q, k_pages)
         from . import paged_attention as kern
         import torch
         dev = rt.device
-        q_len = np.diff(call.cu_q_lens[:call.num_seqs + 1])
-        max_q = int(q_len.max()) if call.num_seqs else 0
-        max_kv = int(call.kv_lens[:call.num_seqs].max()) if call.num_seqs else 0
-        launch = kern.launch_defaults(call.num_seqs, max_q, max_kv, k_pages.shape[2], q.shape[1] // k_pages.shape[2],
-                                      split_min_kv=self._split_threshold(rt.interpret), interpret=rt.interpret)
+        n = call.num_seqs
+        q_lens = np.diff(np.asarray(call.cu_q_lens[:n + 1], dtype=np.int64))
+        launch = kern.launch_defaults(q_lens, call.kv_lens[:n], k_pages.shape[2], q.shape[1] // k_pages.shape[2],
+                                      q.shape[2], split_min_kv=self._split_threshold(rt.interpret),
+                                      interpret=rt.interpret, sm_count=_sm_count(rt))
         sinks_t = None if call.sinks is None else torch.tensor(call.sinks, dtype=torch.float32, device=dev)
         return dict(sm_scale=call.sm_scale, sliding_window=call.sliding_window, soft_cap=call.soft_cap,
                     sinks=sinks_t, k_scale=_scale_arg(call.k_scale, dev), v_scale=_scale_arg(call.v_scale, dev),
-                    interpret=rt.interpret, **launch)
+                    out_dtype=_out_dtype(q, rt), offset_bits=self.offset_bits, interpret=rt.interpret, **launch)
 
     # --- paged-KV metadata (spec/metadata.md) ----------------------------------------------------
     def append_slot_mapping(self, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size):
@@ -203,12 +207,17 @@ class TritonBackend(Backend):
         from . import mla as kern
         import torch
         dev, a = rt.device, call.attention
-        plan = tuple(torch.from_numpy(p).to(dev) for p in kern.row_plan(a.kv_lens, a.cu_q_lens, a.num_seqs))
+        plan_np = kern.row_plan(a.kv_lens, a.cu_q_lens, a.num_seqs)
+        plan = tuple(torch.from_numpy(p).to(dev) for p in plan_np)
         sinks_t = None if a.sinks is None else torch.tensor(a.sinks, dtype=torch.float32, device=dev)
+        H, d_c = np.shape(q_nope)[1], np.shape(q_nope)[2]
+        launch = kern.launch_defaults(plan_np[0].size, H, d_c, int(plan_np[2].max(initial=-1)) + 1,
+                                      interpret=rt.interpret, sm_count=_sm_count(rt))
         out = kern.mla_paged_attention(to_torch(q_nope, dev), to_torch(q_pe, dev), to_torch(c_kv_pages, dev),
                                        to_torch(k_pe_pages, dev), metadata(page_indices, dev), plan,
                                        sm_scale=a.sm_scale, sliding_window=a.sliding_window, soft_cap=a.soft_cap,
-                                       sinks=sinks_t, interpret=rt.interpret)
+                                       sinks=sinks_t, interpret=rt.interpret, out_dtype=_out_dtype(q_nope, rt),
+                                       **launch)
         return to_numpy(out)
 
     def _split_threshold(self, interpret: bool) -> int:
@@ -229,7 +238,7 @@ class TritonBackend(Backend):
         kp, vp = to_torch(k_pages, dev, copy=True), to_torch(v_pages, dev, copy=True)
         kt, vt = to_torch(_as_f32(k), dev), to_torch(_as_f32(v), dev)
         kern.write_kv_(kp, vp, kt, vt, metadata(slot_mapping, dev), _scale_arg(call.k_scale, dev),
-                       _scale_arg(call.v_scale, dev))
+                       _scale_arg(call.v_scale, dev), offset_bits=self.offset_bits)
         return KVPages(to_numpy(kp), to_numpy(vp))
 
     def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout="half",
@@ -364,6 +373,25 @@ def _check_dtypes(q, k_pages) -> None:
     if kn not in _KV:
         raise TypeError(f"k_pages dtype {kn} is not supported by the triton backend "
                         f"(supported: {', '.join(_KV)})")
+
+
+def _sm_count(rt) -> int | None:
+    """Streaming multiprocessors of the GPU (the split rule's program target); None under the interpreter."""
+    if rt.interpret:
+        return None
+    import torch
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def _out_dtype(q, rt):
+    """The attention output's torch dtype: q's own 16-bit dtype natively (NU-3: q's dtype is the required
+    precision, and it halves the bytes written), float32 otherwise and under the interpreter (whose
+    float32 -> bfloat16 conversion truncates, toolchain notes)."""
+    import torch
+    name = dtypes.dtype_name(np.asarray(q).dtype)
+    if rt.interpret or name not in ("float16", "bfloat16"):
+        return torch.float32
+    return torch.float16 if name == "float16" else torch.bfloat16
 
 
 def _as_f32(x: np.ndarray) -> np.ndarray:

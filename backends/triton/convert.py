@@ -4,20 +4,17 @@ bfloat16 and float8 arrays (ml_dtypes) have no torch.from_numpy path; they trave
 patterns and are re-viewed on the torch side, so no value is ever rounded in transit. Integer metadata
 keeps its offset and strides (a view into a larger buffer stays a view) so that kernels are exercised
 on strided metadata exactly as a caller passed it.
+
+Unlike `kvconform.adapters.to_torch` (always a copy), `to_torch` here shares the caller's memory on the CPU
+unless `copy` is set: our kernels never write an input they were not given a copy of, and the interpreter
+run of the gate would pay for every copy. The way back and the dtype table are the adapters' own.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from kvconform.adapters.arrays import to_numpy, torch_dtype as _torch_dtype  # noqa: F401 (to_numpy: re-export)
 from kvconform.reference import dtypes
-
-
-def _torch_dtype(name: str):
-    import torch
-    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-            "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
-            "int8": torch.int8, "float64": torch.float64}[name]
-
 
 _BITS = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8}
 
@@ -43,14 +40,3 @@ def metadata(x, device: str):
     if x.dtype not in (np.int32, np.int64):
         x = x.astype(np.int64)
     return to_torch(x, device)
-
-
-def to_numpy(t, like_dtype=None) -> np.ndarray:
-    """Back to NumPy; float8/bfloat16 tensors come back as ml_dtypes arrays."""
-    import torch
-    t = t.detach().cpu()
-    for name, bits in _BITS.items():
-        if t.dtype == _torch_dtype(name):
-            return t.view(getattr(torch, "uint16" if bits is np.uint16 else "uint8")).numpy().view(
-                dtypes.DTYPES[name])
-    return t.numpy()

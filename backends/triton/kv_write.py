@@ -23,12 +23,14 @@ def _write_kv_kernel(k_ptr, v_ptr, kp_ptr, vp_ptr, slot_ptr, ks_ptr, vs_ptr, n_t
                      stride_kpp, stride_kps, stride_kph, stride_kpd,
                      stride_vpp, stride_vps, stride_vph, stride_vpd, stride_slot,
                      D: tl.constexpr, HD: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr,
-                     CODE: tl.constexpr, QUANTIZED: tl.constexpr, SCALE_MODE: tl.constexpr):
+                     CODE: tl.constexpr, QUANTIZED: tl.constexpr, SCALE_MODE: tl.constexpr,
+                     OFFSET: tl.constexpr):
     """SCALE_MODE (PA-44, PA-48): 0 one scale per pool, 1 per KV head (ks_ptr/vs_ptr float32[Hkv]),
-    2 the scale stored beside the destination slot (float32[P, page_size, Hkv])."""
+    2 the scale stored beside the destination slot (float32[P, page_size, Hkv]). OFFSET: the integer type
+    of pool offsets (tl.int64: pools pass 2**31 elements; tl.int32 only in the offset mutant)."""
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     e = tl.program_id(1) * BLOCK_E + tl.arange(0, BLOCK_E)
-    slot = tl.load(slot_ptr + t * stride_slot, mask=t < n_tokens, other=-1).to(tl.int64)
+    slot = tl.load(slot_ptr + t * stride_slot, mask=t < n_tokens, other=-1).to(OFFSET)
     keep = (slot >= 0)[:, None] & (e < HD)[None, :]  # PA-41: slot < 0 skips the token
     page = tl.where(slot >= 0, slot // page_size, 0)
     off = tl.where(slot >= 0, slot % page_size, 0)
@@ -58,11 +60,11 @@ def _write_kv_kernel(k_ptr, v_ptr, kp_ptr, vp_ptr, slot_ptr, ks_ptr, vs_ptr, n_t
     tl.store(vp_ptr + dst_v, encode(y, CODE), mask=keep)
 
 
-def write_kv_(k_pages, v_pages, k, v, slot_mapping, k_scale=None, v_scale=None):
+def write_kv_(k_pages, v_pages, k, v, slot_mapping, k_scale=None, v_scale=None, *, offset_bits: int = 64):
     """In place: store k, v ([N_k, Hkv, D], float32/16 or bf16 tensors) into the pools through
     slot_mapping (int32/int64 [N], any stride, N <= N_k: rows past N are padding, PA-50). Pools keep their
     dtype; scales are floats or None, or float32 tensors [Hkv] (per KV head) or [P, page_size, Hkv]
-    (beside the slots), PA-48."""
+    (beside the slots), PA-48. offset_bits: 64, or 32 for the offset mutant (offset_mutant.py)."""
     _, hkv, d = k.shape
     n = slot_mapping.shape[0]   # the grid follows the slot mapping, never k's (padded) rows
     if n == 0:
@@ -85,4 +87,4 @@ def write_kv_(k_pages, v_pages, k, v, slot_mapping, k_scale=None, v_scale=None):
         k, v, kp, vp, slot_mapping, ks_t, vs_t, n, k_pages.shape[1], fk, fv, *strides,
         *k.stride(), *v.stride(), *kp.stride(), *vp.stride(), slot_mapping.stride(0),
         D=d, HD=hd, BLOCK_T=block_t, BLOCK_E=block_e, CODE=code, QUANTIZED=k_scale is not None,
-        SCALE_MODE=mode)
+        SCALE_MODE=mode, OFFSET=tl.int64 if offset_bits == 64 else tl.int32)

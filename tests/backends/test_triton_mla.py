@@ -56,3 +56,21 @@ def test_rejects_before_launch_with_the_reference_message(backend):
     with pytest.raises(ValueError) as got:
         backend.mla_paged_attention(q_nope, q_pe, bad, r, kv, table, cu, n)
     assert str(got.value) == str(want.value) and "c_kv_pages" in str(got.value)
+
+
+def test_split_kv_and_sinks_reduced_deepseek(backend):
+    """The split path (partials merged by the combine kernel, the sink added once) at a reduced DeepSeek-V3
+    shape: 24 heads (two 16-head blocks, the second padded), d_c 64, d_r 16, page 16, rows of 150 and 70
+    keys in 3 and 2 splits (the interpreter splits from 64 keys on)."""
+    args = mla_call(11, page_size=16, q_lens=[1, 2], kv_lens=[150, 70], H=24, d_c=64, d_r=16, dtype="bfloat16")
+    sinks = np.linspace(-1.0, 2.0, 24).astype(np.float32)
+    from kvconform.backends.triton import mla
+    assert mla.launch_defaults(3, 24, 64, 150, interpret=True)["num_splits"] == 3
+    assert_conforms(OP, inputs_of(OP, *args, sinks=sinks), backend.mla_paged_attention(*args, sinks=sinks))
+
+
+def test_deepseek_v3_dims(backend):
+    """DeepSeek-V3's real dims: 128 heads, d_c 512, d_r 64, page 64, bfloat16; a decode row over 80 keys on
+    two pages (two 64-head blocks, two splits)."""
+    args = mla_call(12, page_size=64, q_lens=[1], kv_lens=[80], H=128, d_c=512, d_r=64, dtype="bfloat16")
+    assert_conforms(OP, inputs_of(OP, *args), backend.mla_paged_attention(*args))

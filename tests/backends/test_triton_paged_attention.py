@@ -147,7 +147,7 @@ def test_split_kv_long_decode_with_sinks(backend):
     backend.split_min_kv = 0
     try:
         got = backend.ragged_paged_attention(*args, sinks=sinks, return_scores=True)
-        assert tpa.launch_defaults(2, 1, kv, 2, 2, split_min_kv=0, interpret=True)["num_splits"] > 1
+        assert tpa.launch_defaults([1, 1], [kv, 200], 2, 2, 32, split_min_kv=0, interpret=True)["num_splits"] > 1
     finally:
         backend.split_min_kv = None
     assert_conforms("ragged_paged_attention", inputs_of("ragged_paged_attention", *args, sinks=sinks,
@@ -163,14 +163,88 @@ def test_rejects_what_the_reference_rejects(backend):
                                        np.array([0, 2], np.int32), 1)
 
 
-def test_native_launch_defaults_follow_the_h100_sweep():
-    """The launch table (benchmarks/triton/results/h100_sweep_attention.json): many decode sequences fill
-    the GPU without splitting, one long sequence is split to ~256 programs, prefill tiles hold 64 rows."""
-    native = dict(split_min_kv=2048, interpret=False)
-    assert tpa.launch_defaults(64, 1, 4096, 8, 4, **native)["num_splits"] == 1
-    b1 = tpa.launch_defaults(1, 1, 32768, 8, 4, **native)
-    assert (b1["num_splits"], b1["block_n"]) == (32, 64)
-    assert tpa.launch_defaults(1, 1, 1000, 8, 4, **native)["num_splits"] == 1   # below split_kv_min_keys
-    assert tpa.launch_defaults(4, 2048, 2048, 8, 4, **native)["block_q"] * 4 == 64
+def test_native_launch_defaults():
+    """The native launch rules (paged_attention.launch_defaults): many decode sequences fill an H100
+    (132 SMs) without splitting, one long sequence splits into equal segments until ~2 programs per SM,
+    prefill sequences run on the prefill kernel in 128-row tiles, a mixed batch launches both kernels."""
+    native = dict(split_min_kv=2048, interpret=False, sm_count=132)
+    b64 = tpa.launch_defaults([1] * 64, [4096] * 64, 8, 4, 128, **native)
+    assert (b64["num_splits"], b64["run_decode"], b64["run_prefill"]) == (1, True, False)
+    b1 = tpa.launch_defaults([1], [32768], 8, 4, 128, **native)
+    assert (b1["num_splits"], b1["block_n"]) == (32, 64)            # 8 x 32 = 256 programs, 1024 keys each
+    assert tpa.launch_defaults([1], [4096], 8, 4, 128, **native)["num_splits"] == 8     # >= 512 keys each
+    assert tpa.launch_defaults([1], [1000], 8, 4, 128, **native)["num_splits"] == 1    # below split_kv_min_keys
+    pre = tpa.launch_defaults([2048] * 4, [2048] * 4, 8, 4, 128, **native)
+    assert (pre["run_decode"], pre["run_prefill"], pre["prefill_block_q"] * 4) == (False, True, 128)
+    mixed = tpa.launch_defaults([1, 4, 5, 300], [5000, 9, 9, 300], 8, 4, 128, **native)
+    assert (mixed["decode_max_q"], mixed["run_decode"], mixed["run_prefill"]) == (4, True, True)
+    assert mixed["num_splits"] > 1                       # the decode rows split in a mixed batch too
     # a decode row of a group of 4 needs only 4 tokens per tile for tl.dot's 16 rows
-    assert tpa.launch_defaults(64, 1, 4096, 8, 4, **native)["block_q"] == 4
+    assert b64["block_q"] == 4
+
+
+def test_interpreter_dispatch_reaches_both_kernels():
+    """Under the interpreter sequences of 1-2 rows run on the decode kernel and longer ones on the prefill
+    kernel, so the suite's small prefills (3-4 rows) check the prefill kernel."""
+    launch = tpa.launch_defaults([1, 2, 3, 0], [5, 6, 7, 0], 2, 2, 8, split_min_kv=256, interpret=True)
+    assert (launch["decode_max_q"], launch["run_decode"], launch["run_prefill"]) == (2, True, True)
+    assert not tpa.launch_defaults([2, 1], [5, 6], 2, 2, 8, split_min_kv=256, interpret=True)["run_prefill"]
+
+
+PREFILL_CASES = (   # (group, head_dim, page_size, kv_dtype, scales, window, cap, sinks, csr)
+    (1, 24, 3, "float32", None, None, None, False, False),
+    (4, 16, 16, "bfloat16", None, 21, 2.0, True, True),
+    (3, 8, 1, "float8_e4m3fn", "per_token", 40, None, False, False),
+    (8, 64, 4, "int8", "per_head", None, None, True, True),
+)
+
+
+@pytest.mark.parametrize("group,d,ps,kv_dtype,scales,window,cap,use_sinks,csr", PREFILL_CASES)
+def test_prefill_kernel_full_and_masked_tiles(group, d, ps, kv_dtype, scales, window, cap, use_sinks, csr):
+    """The prefill kernel alone, with tiles small enough that each of its three key loops (window-masked
+    head, unmasked full tiles, causal diagonal) runs several times: a chunked prefill of 45 rows over a
+    cached prefix of 70 keys, a fresh 20-row prefill and an empty sequence; both page-table forms (MD-23),
+    the three scale forms (PA-18, PA-48), window, cap and sinks (PA-15 .. PA-17), NaN in unused slots."""
+    import torch
+    from kvconform.backends.triton.convert import to_torch
+    rng = np.random.default_rng(group * 100 + d)
+    hkv, hq = 2, 2 * group
+    q_lens, kv_lens = [45, 20, 0], [115, 20, 0]
+    pps = -(-max(kv_lens) // ps)
+    num_pages = 3 * pps + 1
+    pages = rng.permutation(num_pages)[:3 * pps].reshape(3, pps).astype(np.int32)
+    c = dict(n=3, ps=ps, kv_lens=np.array(kv_lens, np.int32), pages=pages, P=num_pages, hkv=hkv, d=d)
+    kd = dtypes.resolve_dtype(kv_dtype)
+    k, v, scale = _pools(rng, c, kd)
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    q = rng.standard_normal((int(cu[-1]) + 2, hq, d)).astype(np.float32)
+    q[cu[-1]:] = np.nan                                     # padding rows (PA-25)
+    kw = dict(sliding_window=window, soft_cap=cap,
+              sinks=(rng.standard_normal(hq) if use_sinks else None))
+    if scales == "per_head":
+        kw["k_scale"], kw["v_scale"] = (rng.choice([0.5, 0.25, 2.0], hkv).astype(np.float32) for _ in range(2))
+    elif scales == "per_token":
+        kw["k_scale"], kw["v_scale"] = (rng.choice([0.5, 0.25, 2.0], (num_pages, ps, hkv)).astype(np.float32)
+                                        for _ in range(2))
+    elif scale is not None:
+        kw["k_scale"] = kw["v_scale"] = scale
+    args = (q, k, v, c["kv_lens"], pages, cu, 3)
+    expected = ref.ragged_paged_attention(*args, **kw)
+    call = ref.paged_attention.validate_ragged_paged_attention(*args, **kw)
+    t = {name: to_torch(x, "cpu") for name, x in (("q", q), ("k", k), ("v", v))}
+    opts = dict(sm_scale=call.sm_scale, sliding_window=window, soft_cap=cap,
+                sinks=None if kw["sinks"] is None else torch.tensor(kw["sinks"], dtype=torch.float32),
+                k_scale=(to_torch(kw["k_scale"], "cpu") if scales else kw.get("k_scale")),
+                v_scale=(to_torch(kw["v_scale"], "cpu") if scales else kw.get("v_scale")),
+                decode_max_q=0, run_decode=False, run_prefill=True, prefill_block_q=None,
+                prefill_block_n=16, interpret=True)
+    if csr:
+        indptr = np.concatenate([[0], np.cumsum([-(-n // ps) for n in kv_lens])]).astype(np.int32)
+        indices = np.concatenate([pages[i, :-(-n // ps)] for i, n in enumerate(kv_lens)]).astype(np.int32)
+        last = np.array([n - (-(-n // ps) - 1) * ps if n else 0 for n in kv_lens], np.int32)
+        got = tpa.ragged_paged_attention_csr(t["q"], t["k"], t["v"], torch.from_numpy(cu), torch.from_numpy(indptr),
+                                             torch.from_numpy(indices), torch.from_numpy(last), **opts)
+    else:
+        got, _ = tpa.ragged_paged_attention(t["q"], t["k"], t["v"], torch.from_numpy(c["kv_lens"]),
+                                            torch.from_numpy(pages), torch.from_numpy(cu), 3, **opts)
+    assert_conforms("ragged_paged_attention", inputs_of("ragged_paged_attention", *args, **kw), got.numpy(), expected)

@@ -185,22 +185,6 @@ def test_reports_show_where_a_backend_exception_was_raised(cli, tmp_path):
     assert "FAIL: backend raised RuntimeError: grid of 3 tokens" in replayed and site in replayed, replayed
 
 
-def test_results_that_are_not_numpy_arrays_fail_saying_so(cli, tmp_path):
-    """A list or a generator returned by a backend is a failure naming the protocol, in the worker and in
-    replay --no-isolation, never a NumPy or pickling error."""
-    out = tmp_path / "out"
-    proc = cli("run", "--backend", "fault_backends:make_returns_list", "--backend", "fault_backends:make_returns_generator",
-               "--ops", "write_kv", "--out", str(out), "--", "-k", "golden and slots")
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    records = {r["backend"]: r for r in cli.report(out)["results"]}
-    for name, kind in (("returns-list", "a list"), ("returns-generator", "a generator")):
-        record = records[name]
-        expected = f"{name} returned {kind}, expected a numpy array (protocol: backends/base.py)"
-        assert record["status"] == "fail" and expected in record["message"].splitlines()[0], record["message"]
-        replayed = cli("replay", record["repro"], "--no-isolation")
-        assert replayed.returncode == 1 and f"returned {kind}, expected a numpy array" in replayed.stdout, replayed
-
-
 @pytest.mark.parametrize("args, needle", [
     (["run", "--backend", "nope"], "unknown backend"),
     (["run", "--backend", "not a spec:x"], "malformed backend"),

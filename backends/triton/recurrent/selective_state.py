@@ -10,6 +10,13 @@ Grid: (batch row b, head h, block of BLOCK_P channels). A program loads its [BLO
 row (float32 math), applies S <- S * exp(dt' A) + (dt' x) B^T, reads y = S_new C + D x, gates by
 silu(z), and stores the tile back into the same row (in place on the adapter's copy of the pool,
 rounded once to the pool dtype, RS-6). Programs own disjoint tiles; the load precedes the store.
+
+Bandwidth: the state is the only large operand, read once and written once in one pass (the loads
+and stores are marked evict_first, so the small per-row operands x, B, C, dt stay cached for the other
+heads of the row). With A constant per head (Mamba2, A_PER_ROW), the decay exp(dt' A) is one value per
+channel, computed on the [BLOCK_P] vector instead of the [BLOCK_P, N] tile, and A is never loaded as a
+tile (the same values: the result is bit-identical). Tiles hold about 4096 state elements; the unit
+stride of N is specialised by Triton, so state rows load as wide vectors.
 Padding rows (slot -1): every load is masked, the output is stored as exactly 0.0, the pool is not
 written (RS-3, RS-4).
 """
@@ -30,7 +37,8 @@ def _ssu_kernel(state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bia
                 s_bb, s_bg, s_bn, s_cb, s_cg, s_cn, s_Dh, s_Dp, s_zb, s_zh, s_zp, s_biash, s_biasp,
                 s_idx, s_ob, s_oh, s_op,
                 BLOCK_P: tl.constexpr, N_PAD: tl.constexpr, HAS_IDX: tl.constexpr, HAS_D: tl.constexpr,
-                HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+                HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, A_PER_ROW: tl.constexpr):
+    """A_PER_ROW: A's strides along P and N are 0 (Mamba2: one A per head), so the decay is per channel."""
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     p = tl.program_id(2) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -49,12 +57,16 @@ def _ssu_kernel(state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bia
         dt += tl.load(bias_ptr + h * s_biash + p * s_biasp, mask=p_ok, other=0.0).to(tl.float32)
     if SOFTPLUS:
         dt = softplus(dt)                                  # RS-14 / RS-9, no clamp
-    A = tl.load(A_ptr + h * s_ah + p[:, None] * s_ap + n[None, :] * s_an, mask=tile, other=0.0).to(tl.float32)
     Bv = tl.load(B_ptr + b * s_bb + g * s_bg + n * s_bn, mask=n_ok, other=0.0).to(tl.float32)
     Cv = tl.load(C_ptr + b * s_cb + g * s_cg + n * s_cn, mask=n_ok, other=0.0).to(tl.float32)
     sp = state_ptr + slot * s_ss + h * s_sh + p[:, None] * s_sp + n[None, :] * s_sn
-    S = tl.load(sp, mask=tile, other=0.0).to(tl.float32)
-    S = S * tl.exp(dt[:, None] * A) + (dt * x)[:, None] * Bv[None, :]      # RS-15
+    S = tl.load(sp, mask=tile, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    if A_PER_ROW:
+        A = tl.load(A_ptr + h * s_ah + p * 0, mask=p_ok, other=0.0).to(tl.float32)
+        S = S * tl.exp(dt * A)[:, None] + (dt * x)[:, None] * Bv[None, :]      # RS-16
+    else:
+        A = tl.load(A_ptr + h * s_ah + p[:, None] * s_ap + n[None, :] * s_an, mask=tile, other=0.0).to(tl.float32)
+        S = S * tl.exp(dt[:, None] * A) + (dt * x)[:, None] * Bv[None, :]      # RS-15
     y = tl.sum(S * Cv[None, :], axis=1)                                    # uses the new S
     if HAS_D:
         y += tl.load(D_ptr + h * s_Dh + p * s_Dp, mask=p_ok, other=0.0).to(tl.float32) * x
@@ -62,7 +74,7 @@ def _ssu_kernel(state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bia
         y *= silu(tl.load(z_ptr + b * s_zb + h * s_zh + p * s_zp, mask=p_ok, other=0.0).to(tl.float32))
     y = tl.where(p_ok, y, 0.0)                                             # RS-3
     tl.store(out_ptr + b * s_ob + h * s_oh + p * s_op, y, mask=p < P)
-    tl.store(sp, S.to(state_ptr.dtype.element_ty), mask=tile)              # RS-6: one rounding
+    tl.store(sp, S.to(state_ptr.dtype.element_ty), mask=tile, eviction_policy="evict_first")   # RS-6
 
 
 def selective_state_update_(state, x, dt, A, B, C, D, z, dt_bias, idx, out, *, dt_softplus: bool):
@@ -76,7 +88,7 @@ def selective_state_update_(state, x, dt, A, B, C, D, z, dt_bias, idx, out, *, d
     if batch == 0 or heads == 0 or P == 0:
         return
     n_pad = triton.next_power_of_2(max(N, 1))
-    block_p = max(1, min(triton.next_power_of_2(P), max(1, 8192 // n_pad), 128))
+    block_p = max(1, min(triton.next_power_of_2(P), max(1, 4096 // n_pad), 128))
     grid = (batch, heads, triton.cdiv(P, block_p))
     dummy = x
     _ssu_kernel[grid](
@@ -88,4 +100,4 @@ def selective_state_update_(state, x, dt, A, B, C, D, z, dt_bias, idx, out, *, d
         *(dt_bias.stride() if dt_bias is not None else (0, 0)), idx.stride(0) if idx is not None else 0,
         *out.stride(),
         BLOCK_P=block_p, N_PAD=n_pad, HAS_IDX=idx is not None, HAS_D=D is not None, HAS_Z=z is not None,
-        HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus)
+        HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus, A_PER_ROW=A.stride(1) == 0 and A.stride(2) == 0)
