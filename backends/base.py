@@ -84,6 +84,9 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
 }
 #: `OpClaims.limits` keys the strategies read (constraint claims, conformance/strategies/constraints.py)
 _KV_SHAPE = ("num_kv_heads", "head_dim", "page_size", "max_pages")
+_SSM_SIZES = ("num_heads", "head_dim", "state_size", "num_groups")       # H, P (Mamba1: D), N, G
+_SSM_CONVENTIONS = ("padding_outputs", "dt_softplus", "required_inputs")
+_LINEAR_SIZES = ("num_qk_heads", "num_heads", "key_dim", "value_dim")    # Hk (GDN), H, K, V
 LIMITS: dict[str, tuple[str, ...]] = {
     "ragged_paged_attention": ("split_kv_min_keys", "max_head_dim", "q_len", "num_q_heads", "group_size",
                                "max_kv_len", "max_num_seqs", "dtype_pairs", "num_shards") + _KV_SHAPE,
@@ -92,16 +95,43 @@ LIMITS: dict[str, tuple[str, ...]] = {
                                    "max_kv_len", "max_num_seqs", "dtype_pairs") + _KV_SHAPE,
     "rotate_keys": _KV_SHAPE,
     "shift_keys": _KV_SHAPE,
-    "causal_conv1d_update": ("min_width", "max_num_seqs"),
-    "selective_state_update": ("max_num_seqs",),
-    "ssd_chunked_scan": ("max_num_seqs",),
-    "rwkv6_wkv": ("max_num_seqs",),
-    "gated_delta_rule_update": ("max_num_seqs",),
-    "gated_delta_rule_chunked": ("max_num_seqs",),
+    # recurrent sizes (size constraints) and conventions (CONVENTIONS below); spec/recurrent.md section 6
+    "causal_conv1d_update": ("min_width", "max_num_seqs", "width", "channels", "padding_outputs"),
+    "selective_state_update": ("max_num_seqs",) + _SSM_SIZES + _SSM_CONVENTIONS,
+    "ssd_chunked_scan": ("max_num_seqs", "seq_len") + _SSM_SIZES + _SSM_CONVENTIONS,
+    "rwkv6_wkv": ("max_num_seqs", "seq_len") + _LINEAR_SIZES[1:] + ("equal_key_value_dims", "padding_outputs"),
+    "gated_delta_rule_update": ("max_num_seqs",) + _LINEAR_SIZES + ("equal_key_value_dims", "padding_outputs"),
+    "gated_delta_rule_chunked": ("max_num_seqs", "seq_len") + _LINEAR_SIZES
+    + ("equal_key_value_dims", "padding_outputs"),
     # head_dims claims the latent dims d_c (spec/mla.md ML-1); one KV head, so no KV-head limits
     "mla_paged_attention": ("q_len", "num_q_heads", "max_kv_len", "max_num_seqs", "page_size", "max_pages",
                             "dtype_pairs"),
 }
+
+
+#: Convention claims: limits that are not sizes but a choice a real kernel made that the spec leaves open
+#: (spec/recurrent.md RS-36 … RS-40), with the values each may take. A convention narrows what is drawn or
+#: compared; it never loosens a tolerance.
+CONVENTIONS: dict[str, tuple[Any, ...]] = {
+    "padding_outputs": ("unspecified",),            # RS-36: padding rows' outputs are not compared
+    "dt_softplus": ("always",),                     # RS-37: softplus applied to dt on every call
+    "required_inputs": ("D", "dt_bias"),            # RS-38: a list of these, always passed
+    "equal_key_value_dims": (True,),                # RS-40: K == V
+}
+
+
+def convention_problem(name: str, value: Any) -> str | None:
+    """Why `value` is not a valid claim of the convention `name` (None: valid, or not a convention)."""
+    allowed = CONVENTIONS.get(name)
+    if allowed is None:
+        return None
+    if name == "required_inputs":
+        if isinstance(value, (list, tuple)) and value and all(v in allowed for v in value):
+            return None
+        return f"limit required_inputs must be a non-empty list of {list(allowed)}, got {value!r}"
+    if any(value == a and type(value) is type(a) for a in allowed):
+        return None
+    return f"limit {name} must be one of {list(allowed)}, got {value!r}"
 
 
 def claims_problems(capabilities: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -127,6 +157,8 @@ def claims_problems(capabilities: Mapping[str, Mapping[str, Any]]) -> dict[str, 
         found = unknown("feature", raw.get("features"), FEATURES.get(op, ()), op)
         found += unknown("layout", raw.get("layouts"), LAYOUTS.get(op, ()), op)
         found += unknown("limit", list(raw.get("limits") or {}), LIMITS.get(op, ()), op)
+        found += [p for name, value in (raw.get("limits") or {}).items()
+                  if name in LIMITS.get(op, ()) and (p := convention_problem(name, value))]
         if found:
             problems[op] = found
     return problems

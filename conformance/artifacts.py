@@ -3,14 +3,21 @@
     <out>/repro/<case-id>/inputs.npz   the failing (minimal) inputs, raw bits, allow_pickle=False
     <out>/repro/<case-id>/case.json    op, parameters, seed, clauses, tolerance, metrics, message
     <out>/repro/<case-id>/repro.py     a short script: replays the case on the recorded backend
+    <out>/repro/<case-id>/failure.txt  the failure's whole texts: message, backend traceback, what the
+                                       backend printed during the failing call (records keep them capped)
 """
 from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 from pathlib import Path
 
+from . import backend_text
 from . import case as case_io
+
+#: the name of a reproducer's whole-text file
+FAILURE_TEXT = "failure.txt"
 
 _SCRIPT = '''\
 """Reproducer written by kvconform: re-runs one failing case and prints the per-element diff summary.
@@ -41,6 +48,9 @@ def repro_dir_for(out_dir, nodeid: str) -> Path:
 
 
 def write_reproducer(out_dir, nodeid: str, failure: dict, record: dict) -> Path:
+    """The reproducer directory of a failure: its case (and the calls before it), case.json with the
+    (capped) message and, for a flaky failure, its replay rate (`kvconform replay` repeats it as often),
+    repro.py and failure.txt."""
     directory = repro_dir_for(out_dir, nodeid)
     extra = {
         "test": nodeid,
@@ -48,13 +58,37 @@ def write_reproducer(out_dir, nodeid: str, failure: dict, record: dict) -> Path:
         "clauses": record.get("clauses"),
         "layer": record.get("layer"),
         "features": record.get("features"),
+        "status": record.get("status"),
         "fields": failure.get("fields", []),
         "message": failure.get("message", ""),
         "diagnosis": failure.get("diagnosis"),
+        "flaky": failure.get("flaky"),
         "before": [f"before-{i}" for i in range(len(failure.get("before", [])))],
     }
     for i, earlier in enumerate(failure.get("before", [])):   # call history the failure depends on
         case_io.save(earlier, directory / f"before-{i}")
     case_io.save(failure["case"], directory, extra)
     (directory / "repro.py").write_text(_SCRIPT.format(backend=record.get("backend_spec")))
+    write_failure_text(directory / FAILURE_TEXT, nodeid, record, failure)
     return directory
+
+
+def write_failure_text(path: Path, nodeid: str, record: dict, failure: dict) -> None:
+    """failure.txt: the failure's whole message, backend traceback and captured output (each at most
+    backend_text.FULL_TEXT_CAP), which the record and the reports show capped."""
+    full = failure.get("full_message") or failure.get("message", "")
+    if failure.get("flaky"):
+        rate = failure["flaky"]
+        full = f"flaky: failed {rate['failed']} of {rate['replays']} replays\n{full}"
+    limit = backend_text.FULL_TEXT_CAP
+    output = failure.get("output")
+    with open(path, "w", errors="replace") as fh:
+        fh.write(f"kvconform failure: {nodeid}\nstatus: {record.get('status')}\n\n== message ==\n")
+        fh.write(backend_text.cap(full, limit) + "\n")
+        if failure.get("traceback"):
+            fh.write("\n== backend traceback ==\n" + backend_text.cap(failure["traceback"], limit) + "\n")
+        if output is not None and output.path is not None:
+            fh.write(f"\n== backend output (stdout and stderr of the failing call, {output.size:,} bytes) ==\n")
+    if output is not None and output.path is not None:
+        with open(output.path, "rb") as src, open(path, "ab") as dst:
+            shutil.copyfileobj(src, dst)

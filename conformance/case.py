@@ -3,7 +3,9 @@
 `Case.inputs` are the keyword arguments of the reference function (canonical layout, NumPy arrays or
 plain scalars). On disk a case is ``inputs.npz`` (every array stored as raw bits for the dtypes NumPy's
 format cannot name: bfloat16 and float8 as uint16/uint8, with the real dtype in case.json) plus
-``case.json``; loading uses ``allow_pickle=False``, so a reproducer can never execute code.
+``case.json``; loading uses ``allow_pickle=False``, so reading a reproducer can never execute code, and
+`kvconform replay` never imports a backend that case.json names as ``package.module:factory`` unless the
+user names it with ``--backend`` (an installed entry-point name is used as recorded).
 
 **Poison regions.** A strategy draws a *clean* case (every input finite) and declares the locations whose
 values the spec says must not matter (PA-24, PA-25, RS-3, ...) as `PoisonRegion`s: a name that says

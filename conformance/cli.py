@@ -37,16 +37,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", action="append", default=[], metavar="SPEC",
                      help="entry-point name or package.module:factory (repeatable; default: all that run here)")
     run.add_argument("--ops", default=None, help="comma-separated ops (default: all)")
-    run.add_argument("--profile", default=os.environ.get("KVCONFORM_PROFILE", "quick"))
-    run.add_argument("--out", default="kvconform-out", help="output directory (default: kvconform-out)")
+    run.add_argument("--profile", default=None,
+                     help="quick, ci, thorough or repro (default: $KVCONFORM_PROFILE or quick; with --resume: the "
+                          "resumed run's)")
+    run.add_argument("--out", default="kvconform-out",
+                     help="output directory (default: kvconform-out); a new run replaces an earlier run's files there")
     run.add_argument("--jobs", "-j", type=int, default=1, help="parallel workers (pytest-xdist)")
     run.add_argument("--shard", default=None, metavar="I/N")
-    run.add_argument("--resume", action="store_true")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run in --out: its options from run.json, only the tests not yet recorded")
     run.add_argument("--expectations", action="append", default=[], metavar="TOML")
     run.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles quick/thorough)")
     run.add_argument("--timeout", type=timeout_seconds, default=None, help="seconds per backend call, > 0")
     run.add_argument("--run-unclaimed", action="store_true")
-    run.add_argument("--max-crashes", type=int, default=3, metavar="N",
+    run.add_argument("--max-crashes", type=int, default=None, metavar="N",
                      help="after N crashes or hangs in a row of one op, record its remaining tests as crash "
                           "without running them (default 3; 0: never)")
     run.add_argument("--suite", default=None, help=argparse.SUPPRESS)
@@ -69,14 +73,19 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("replay", help="re-run a reproducer directory")
     rep.add_argument("directory")
-    rep.add_argument("--backend", default=None, help="default: the backend recorded in case.json")
+    rep.add_argument("--backend", default=None,
+                     help="the backend to run it on (default: the one case.json records, if it is an installed "
+                          "entry-point name; a package.module:factory is imported only when given here)")
     rep.add_argument("--no-isolation", action="store_true", help="run the backend in this process")
 
-    report = sub.add_parser("report", help="report tools")
-    rsub = report.add_subparsers(dest="report_command", required=True)
-    merge = rsub.add_parser("merge", help="join report.json files (e.g. shards) into one report")
-    merge.add_argument("reports", nargs="+")
-    merge.add_argument("--out", required=True)
+    report = sub.add_parser("report", help="rebuild a run's reports from its results (report DIR), or join "
+                                           "shard reports (report merge A.json B.json ... --out DIR)",
+                            usage="kvconform report DIR | kvconform report merge A.json B.json ... --out DIR")
+    report.add_argument("target", metavar="DIR|merge",
+                        help="a run's output folder: write report.json, report.md, report.html and junit.xml "
+                             "again from its results.jsonl and run.json; or `merge`")
+    report.add_argument("reports", nargs="*", metavar="REPORT", help="(merge) report.json files or folders")
+    report.add_argument("--out", default=None, help="(merge) output folder")
     return p
 
 
@@ -128,6 +137,26 @@ def _backends_for_run(requested: list[str]) -> list[str]:
     return requested
 
 
+def _resumed(args, out: Path) -> None:
+    """--resume: fill the options not given from the resumed run's run.json (outdir.RESUMED); a given
+    option that differs is a usage error. A folder without a run to resume is run from the start."""
+    from . import outdir
+    if outdir.read_run(out) is None:
+        return
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
+    given = {"profile": args.profile, "backends": args.backend or None, "ops": ops, "seed": args.seed,
+             "timeout": args.timeout, "expectations": [str(Path(p).resolve()) for p in args.expectations] or None,
+             "run_unclaimed": args.run_unclaimed, "max_crashes": args.max_crashes}
+    try:
+        kept = outdir.resumed_options(out, given)
+    except outdir.FolderError as exc:
+        raise UsageError(str(exc)) from None
+    args.profile, args.backend, args.seed, args.timeout = kept["profile"], kept["backends"] or [], kept["seed"], kept["timeout"]
+    args.ops = ",".join(kept["ops"]) if kept["ops"] else None
+    args.expectations = kept["expectations"] or []
+    args.run_unclaimed, args.max_crashes = bool(kept["run_unclaimed"]), kept["max_crashes"]
+
+
 def _native_backends(specs: list[str], profile: str, *, chosen: bool) -> list[str]:
     """The backends of a native-only profile: each named one must run natively on an accelerator
     (`Availability.native`); without --backend, those of the found ones that do."""
@@ -149,7 +178,13 @@ def _native_backends(specs: list[str], profile: str, *, chosen: bool) -> list[st
 
 def cmd_run(args) -> int:
     from kvconform.backends.base import OPS
-    from . import profiles
+    from . import outdir, profiles
+    if args.resume:
+        _resumed(args, Path(args.out).resolve())
+    if args.profile is None:
+        args.profile = os.environ.get("KVCONFORM_PROFILE", "quick")
+    if args.max_crashes is None:
+        args.max_crashes = 3
     if args.profile not in profiles.PROFILES:
         raise UsageError(f"unknown profile {args.profile!r}: choose one of {', '.join(profiles.PROFILES)}")
     ops = None
@@ -176,11 +211,16 @@ def cmd_run(args) -> int:
             raise UsageError(str(exc)) from None
     profile = profiles.get(args.profile)
     out = _check_out(args.out)
+    try:   # before loading any backend: a second run into this folder stops here, in one line
+        outdir.lock(out)
+    except outdir.FolderError as exc:
+        raise UsageError(str(exc)) from None
     specs = _backends_for_run(args.backend)
     if profile.native_only:
         specs = _native_backends(specs, profile.name, chosen=bool(args.backend))
     suite = Path(args.suite) if args.suite else Path(__file__).resolve().parent / profile.suite
-    ini = out / ".pytest.ini"
+    config_dir = tempfile.TemporaryDirectory(prefix="kvconform-run-")   # an empty pytest config, outside --out
+    ini = Path(config_dir.name) / "pytest.ini"
     ini.write_text("[pytest]\n")
     pytest_args = [str(suite), "-c", str(ini), "--rootdir", str(suite.parent.parent), "-p", "no:cacheprovider",
                    "-q", "--kvc-out", str(out), "--kvc-profile", args.profile]
@@ -208,7 +248,21 @@ def cmd_run(args) -> int:
     pytest_args += args.pytest_args
     print(f"kvconform run: backends {', '.join(specs)}; profile {args.profile}; out {out}", flush=True)
     import pytest
-    code = int(pytest.main(pytest_args))
+    from .interrupt import STOP
+    try:
+        code = int(pytest.main(pytest_args))
+    finally:
+        config_dir.cleanup()
+    if STOP.exit_code() is not None and code in (1, STOP.exit_code()):
+        # interrupted (130, 143) or cut short by a record it could not write (3, or 1 if a test failed before)
+        if STOP.write_error:
+            print(f"kvconform run: NOT CHECKED: the run was cut short: {STOP.write_error}; the reports in {out} "
+                  f"are partial (`kvconform report {out}` rebuilds them, `kvconform run --resume --out {out}` "
+                  f"continues the run, once there is space)", file=sys.stderr, flush=True)
+        else:
+            print(f"kvconform run: {STOP.reason()}: the reports in {out} are partial; `kvconform run --resume "
+                  f"--out {out}` continues the run", file=sys.stderr, flush=True)
+        return code
     if code == 5 and (args.resume or args.shard):   # this shard / the resumed rest holds nothing
         print("kvconform run: no test left to run", flush=True)
         return 0
@@ -317,11 +371,27 @@ def cmd_coverage(args) -> int:
 
 # --- replay ----------------------------------------------------------------------------------------
 
+def _replay_backend(args, meta: dict) -> str:
+    """The backend a replay runs: --backend, else the one case.json records if it is an installed
+    entry-point name. A reproducer is data: a `package.module:factory` written in case.json (which anyone
+    who hands over a reproducer can edit) is never imported unless the user names it."""
+    from kvconform import backends
+    from .backend_text import visible
+    if args.backend:
+        return args.backend
+    recorded = meta.get("backend")
+    if recorded is None:
+        return "numpy"
+    if isinstance(recorded, str) and recorded in backends.entry_points():
+        return recorded
+    raise UsageError(f"the reproducer names the backend {visible(repr(recorded))}, which is not an installed "
+                     f"entry point; replay imports such a backend only when you name it: add --backend SPEC")
+
+
 def cmd_replay(args) -> int:
     from . import case as case_io
-    from .harness import compare_outputs, raised_lines
-    from .worker import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
-                         InProcess, Worker)
+    from . import flaky
+    from .worker import BackendUnavailable, InProcess, Worker
     from kvconform import backends, reference
     try:
         case, meta = case_io.load(Path(args.directory))
@@ -329,9 +399,21 @@ def cmd_replay(args) -> int:
         raise UsageError(str(exc)) from None
     except case_io.CorruptReproducer as exc:
         raise UsageError(f"corrupted reproducer: {exc}") from None
-    spec = args.backend or meta.get("backend") or "numpy"
+    spec = _replay_backend(args, meta)
     if not hasattr(reference, case.op):
         raise UsageError(f"reproducer op {case.op!r} is not implemented by this kvconform's reference")
+    if case.rejection is not None:
+        from . import rejection as rej
+        try:
+            expected = rej.run_reference(getattr(reference, case.op), case)
+        except rej.InvalidErrorCase as exc:
+            raise UsageError(f"corrupted reproducer: it expects a rejection, but {exc}") from None
+    else:
+        try:
+            expected = getattr(reference, case.op)(**case.inputs)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"corrupted reproducer: the reference rejects its inputs: {exc}") from None
+    before = _history(Path(args.directory), meta)
     try:
         backends.resolve(spec)
         worker = InProcess(spec) if args.no_isolation else Worker(spec)
@@ -343,47 +425,106 @@ def cmd_replay(args) -> int:
     if (meta.get("diagnosis") or {}).get("summary"):
         print(f"  diagnosis (when recorded): {meta['diagnosis']['summary']}")
     if case.rejection is not None:
-        return _replay_rejection(case, worker)
+        print(f"  expected: a {expected.describe()}")
+        print(f"  reference: {expected.error}: {expected.reference_message}")
+    if before:
+        print(f"  after {len(before)} earlier call(s) recorded with the failure (call history)")
+    recorded = meta.get("flaky") if isinstance(meta.get("flaky"), dict) else None
+    times = flaky.REPLAYS if recorded else 1
+    runs = []
     try:
-        expected = getattr(reference, case.op)(**case.inputs)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"corrupted reproducer: the reference rejects its inputs: {exc}") from None
-    before = _history(Path(args.directory), meta)
+        for _ in range(times):
+            runs.append(_replay_once(case, meta, before, expected, worker))
+            if runs[-1][0] == "crash":
+                break
+    finally:
+        worker.stop()
+    failed = [r for r in runs if r[0] != "ok"]
+    shown = failed[0] if failed else runs[0]
+    for line in shown[1]:
+        print(line)
+    if recorded:
+        rate = f"failed {len(failed)} of {len(runs)} replays"
+        was = f"recorded flaky: failed {recorded.get('failed')} of {recorded.get('replays')} replays"
+        print(f"  FLAKY: {rate} ({was})" if failed else
+              f"  NOT REPRODUCED: passed {len(runs)} of {len(runs)} replays ({was}; a flaky failure may need more)")
+    return 1 if failed else 0
+
+
+def _replay_once(case, meta: dict, before: list, expected, worker) -> tuple[str, list[str]]:
+    """One replay: ("ok" | "fail" | "crash", the lines that say what happened)."""
+    from . import rejection as rej
+    from .backend_text import cap, visible
+    from .harness import compare_outputs, raised_lines
+    from .worker import BackendCrash, BackendDeclined, BackendError, BackendProtocolError, EngineError
     try:
         for earlier in before:   # a call-history failure: the calls that came first, in order
             worker.call(earlier.op, earlier.inputs)
         actual, mutated = worker.call(case.op, case.inputs)
     except BackendCrash as exc:
-        print(f"  CRASH: {exc}")
-        return 1
+        return "crash", [f"  CRASH: {visible(exc)}"] + _printed(worker)
     except BackendError as exc:
+        if case.rejection is not None:
+            problem = rej.judge(expected, exc.type_name, exc.mro, exc.message)
+            if problem is None:
+                return "ok", [f"  ok   rejected: {exc.type_name}: {cap(visible(exc.message), 1000)}"]
+            return "fail", [f"  FAIL: {cap(visible(problem), 2000)}"] + _printed(worker)
         error, detail = raised_lines(exc)
-        print(f"  FAIL: backend raised {exc.type_name}: {error}")
-        for line in filter(None, detail):
-            print(f"        {line}")
-        return 1
-    except BackendProtocolError as exc:
-        print(f"  FAIL: the backend {exc}")
-        return 1
+        return "fail", ([f"  FAIL: backend raised {exc.type_name}: {cap(visible(error), 2000)}"]
+                        + [f"        {cap(visible(line), 1000)}" for line in detail if line] + _printed(worker))
     except BackendDeclined as exc:
-        print(f"  FAIL: backend raised kvconform.Unsupported({str(exc)!r}) (a recorded case lies inside its claims)")
-        return 1
-    finally:
-        worker.stop()
-    if before:
-        print(f"  after {len(before)} earlier call(s) recorded with the failure (call history)")
+        return _declined(case, meta, worker, str(exc))
+    except BackendProtocolError as exc:
+        what = "accepted invalid input, and the backend " if case.rejection is not None else "the backend "
+        return "fail", [f"  FAIL: {what}{visible(exc)}"]
+    except EngineError as exc:
+        return "fail", [f"  ERROR (the engine's, not the backend's): {visible(exc)}"]
+    if case.rejection is not None:
+        return "fail", [f"  FAIL: {cap(visible(rej.accepted(expected, actual)), 2000)}"]
     if mutated:
-        print(f"  FAIL: the backend modified or aliased its inputs: {'; '.join(mutated)}")
-        return 1
-    results = compare_outputs(case, expected, actual)
-    for res in results:
+        return "fail", [f"  FAIL: the backend modified or aliased its inputs: {'; '.join(mutated)}"]
+    lines, ok = [], True
+    for res in compare_outputs(case, expected, actual):
         status = "ok  " if res.ok else "FAIL"
         extra = f", max ulp {res.max_ulp:.3g}" if res.max_ulp is not None else ""
-        print(f"  {status} {res.name}: {res.n_bad}/{res.compared} elements out of tolerance, "
-              f"max abs error {res.max_abs:.3g}{extra}, headroom {res.headroom:.3g} ({res.kind})")
+        lines.append(f"  {status} {res.name}: {res.n_bad}/{res.compared} elements out of tolerance, "
+                     f"max abs error {res.max_abs:.3g}{extra}, headroom {res.headroom:.3g} ({res.kind})")
         if not res.ok:
-            print(f"       {res.summary()}")
-    return 0 if all(r.ok for r in results) else 1
+            lines.append(f"       {res.summary()}")
+            ok = False
+    return ("ok", lines) if ok else ("fail", lines + _printed(worker))
+
+
+def _printed(worker) -> list[str]:
+    """What the backend printed during the failing call, capped (the worker captures it)."""
+    from .backend_text import OUTPUT_CAP, cap, visible
+    output = worker.crash_output if getattr(worker, "crash_output", None) is not None else worker.output()
+    if output is None:
+        return []
+    output.discard()
+    text = cap(visible(output.text), OUTPUT_CAP)
+    return [f"  the backend printed {output.size:,} bytes:"] + [f"    | {line}" for line in text.splitlines()]
+
+
+def _declined(case, meta: dict, worker, reason: str) -> tuple[str, list[str]]:
+    """The backend raised kvconform.Unsupported: as in a run, `unsupported` for a case outside its claims
+    (not a failure), a failure for a case inside them."""
+    from kvconform.backends.base import OpClaims
+    from .backend_text import visible
+    from .strategies.constraints import case_space, outside
+    raw = (worker.describe().get("capabilities") or {}).get(case.op)
+    if raw is None:
+        reasons = [f"does not claim op {case.op}"]
+    else:
+        reasons = [f"does not claim feature {f}" for f in meta.get("features") or []
+                   if f != "base" and f not in raw.get("features", [])]
+        reasons += outside(OpClaims.from_json(raw), case_space(case.params))
+    if reasons:
+        return "ok", [f"  unsupported: the backend declined a case outside its claims ({'; '.join(reasons)}): "
+                      f"kvconform.Unsupported({visible(repr(reason))}); not a failure"]
+    what = "instead of rejecting the malformed call" if case.rejection is not None else \
+        "for a case inside its claims (state the limit in its OpClaims instead)"
+    return "fail", [f"  FAIL: raised kvconform.Unsupported({visible(repr(reason))}) {what}"]
 
 
 def _history(directory: Path, meta: dict) -> list:
@@ -391,6 +532,8 @@ def _history(directory: Path, meta: dict) -> list:
     from . import case as case_io
     cases = []
     for name in meta.get("before") or []:
+        if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith("."):
+            raise UsageError(f"corrupted reproducer: case.json 'before' entry {name!r} is not a sub-directory name")
         try:
             cases.append(case_io.load(directory / name)[0])
         except case_io.CorruptReproducer as exc:
@@ -398,45 +541,46 @@ def _history(directory: Path, meta: dict) -> list:
     return cases
 
 
-def _replay_rejection(case, worker) -> int:
-    """Replay an errors-layer case: the reference must still reject it, the backend must raise the same
-    family with a message naming the argument (rejection.py)."""
-    from . import rejection as rej
-    from .worker import BackendCrash, BackendDeclined, BackendError, BackendProtocolError
-    from kvconform import reference
-    try:
-        expected = rej.run_reference(getattr(reference, case.op), case)
-    except rej.InvalidErrorCase as exc:
-        worker.stop()
-        raise UsageError(f"corrupted reproducer: it expects a rejection, but {exc}") from None
-    print(f"  expected: a {expected.describe()}")
-    print(f"  reference: {expected.error}: {expected.reference_message}")
-    try:
-        actual, _ = worker.call(case.op, case.inputs)
-    except BackendCrash as exc:
-        print(f"  CRASH: {exc}")
-        return 1
-    except BackendError as exc:
-        problem = rej.judge(expected, exc.type_name, exc.mro, exc.message)
-        if problem is not None:
-            print(f"  FAIL: {problem}")
-            return 1
-        print(f"  ok   rejected: {exc.type_name}: {exc.message}")
-        return 0
-    except BackendDeclined as exc:
-        print(f"  FAIL: raised kvconform.Unsupported({str(exc)!r}) instead of rejecting the malformed call")
-    except BackendProtocolError as exc:
-        print(f"  FAIL: accepted invalid input, and the backend {exc}")
-        return 1
-    finally:
-        worker.stop()
-    print(f"  FAIL: {rej.accepted(expected, actual)}")
-    return 1
-
-
-# --- report merge ----------------------------------------------------------------------------------
+# --- report DIR, report merge ---------------------------------------------------------------------
 
 def cmd_report(args) -> int:
+    if args.target == "merge":
+        if not args.reports or not args.out:
+            raise UsageError("report merge needs report files and --out DIR: kvconform report merge A.json B.json "
+                             "... --out DIR")
+        return _report_merge(args)
+    if args.reports or args.out:
+        raise UsageError(f"report {args.target}: rebuilds the reports in that folder and takes nothing else "
+                         f"(to join reports: kvconform report merge A.json B.json ... --out DIR)")
+    return _report_rebuild(Path(args.target))
+
+
+def _report_rebuild(out: Path) -> int:
+    """`kvconform report DIR`: write DIR's four reports again from results.jsonl and run.json (after a
+    killed run, a full disk, or a kvconform with better reports). Exit status as the run's: 1 when a
+    result failed, 3 when the run is partial or something claimed was not checked, else 0."""
+    from . import outdir
+    from .report import build
+    if not (out / outdir.RESULTS).is_file():
+        raise UsageError(f"{out} holds no {outdir.RESULTS}: not the output folder of a kvconform run")
+    try:
+        outdir.lock(out)
+        report = build.write_all(out)
+    except outdir.FolderError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write the reports in {out}: {exc.strerror or exc}") from None
+    finally:
+        outdir.unlock(out)
+    for line in build.summary_lines(report):
+        print(line)
+    print(f"rebuilt {out}/report.json, report.md, report.html, junit.xml from {len(report['results'])} results")
+    if any(r["status"] in build.FAILED for r in report["results"]):
+        return 1
+    return 3 if report.get("partial") or build.unchecked(report) else 0
+
+
+def _report_merge(args) -> int:
     from .report import build
     try:
         reports = [build.load_report(p) for p in args.reports]
@@ -448,7 +592,7 @@ def cmd_report(args) -> int:
     for line in build.summary_lines(merged):
         print(line)
     print(f"merged {len(reports)} reports into {out}/report.json, report.md, report.html, junit.xml")
-    bad = sum(merged["summary"].get(s, 0) for s in ("fail", "crash", "error"))
+    bad = sum(merged["summary"].get(s, 0) for s in build.FAILED)
     return 1 if bad else 0
 
 

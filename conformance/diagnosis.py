@@ -48,6 +48,9 @@ def _diagnose_history(kvc, case: Case) -> dict:
         return history
     _run(kvc, case, expected)                     # the call before the next one is this very case
     outcome, detail = _run(kvc, case, expected)
+    if outcome == "n/a":                          # it raises: an error of the backend, not its history
+        return {"summary": f"not call history: the same case raises right after an identical call ({detail})",
+                "variations": [{"name": "same case called twice", "outcome": outcome, "detail": detail}]}
     if outcome != "fail":
         return history
     inner = _diagnose_differential(kvc, case) or {"summary": "", "variations": []}

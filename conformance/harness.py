@@ -35,9 +35,10 @@ import pytest
 from kvconform import reference
 from kvconform.backends.base import OPS, OpClaims, claims_problems
 
-from . import profiles, tolerance
+from . import backend_text, profiles, tolerance
 from .case import Case
 from .compare import FieldResult, compare_field
+from .flaky import Replay
 from .protocol import structure_problem
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
 from .timing import PhaseClock
@@ -143,6 +144,7 @@ class Harness:
         self.last_case: Case | None = None
         self._check_kind: tuple | None = None   # how the last compared case was judged (for the diagnosis)
         self._before: list[Case] = []           # calls a failure depends on (call history), replayed first
+        self._expected: tuple | None = None     # (case, reference result) while check() calls the backend
         self.not_run = ""                       # set when the op kept crashing: record a crash, call nothing
         self.started = time.monotonic()
         self.clock = PhaseClock()               # engine-throughput shares (conformance/timing.py)
@@ -201,6 +203,10 @@ class Harness:
         @hypothesis.given(strategy)
         def run(value):
             self._example_headroom = None
+            # what the diagnosis re-runs is the failing example's own check: a kind left by an earlier,
+            # passing example (e.g. a call with no tokens that a backend returns early from) would be
+            # diagnosed instead of the failure (issue 31: "depends on the calls before them")
+            self._check_kind = None
             body(value)
             # Hypothesis allows one observation per label per example; a body may compare several times.
             worst = self._example_headroom
@@ -259,19 +265,30 @@ class Harness:
                 self._clock_call()
         except BackendError as exc:
             error, detail = raised_lines(exc)
-            self._fail(case, [], f"backend raised {exc.type_name}: {error}", traceback=exc.tb, detail=detail)
+            self._fail(case, [], f"backend raised {exc.type_name}: {error}", traceback=exc.tb, detail=detail,
+                       replay=self._call_replay(case))
         except BackendDeclined as exc:
             self._declined(case, str(exc))
         except BackendProtocolError as exc:
-            self._fail(case, [], str(exc))
+            self._fail(case, [], str(exc), replay=self._call_replay(case))
         aliased = [m for m in mutated if ALIAS in m]
         mutated = [m for m in mutated if ALIAS not in m]
         if mutated:
-            self._fail(case, [], f"backend modified its input arrays {mutated} (ops must be pure)")
+            self._fail(case, [], f"backend modified its input arrays {mutated} (ops must be pure)",
+                       replay=self._call_replay(case))
         if aliased:
             self._fail(case, [], f"backend returned outputs that share memory with its inputs ({'; '.join(aliased)}): "
-                                 f"outputs must be fresh arrays (backends/base.py)")
+                                 f"outputs must be fresh arrays (backends/base.py)", replay=self._call_replay(case))
         return result
+
+    def _call_replay(self, case: Case) -> Replay:
+        """A replay of a call that raised or broke the protocol: it fails again unless it returns, and,
+        under check(), returns what the reference does."""
+        fails = None
+        if self._expected is not None and self._expected[0] is case:
+            expected = self._expected[1]
+            fails = lambda result: any(not r.ok for r in compare_outputs(case, expected, result))  # noqa: E731
+        return Replay(case, tuple(self._before), fails)
 
     def _clock_call(self) -> None:
         """Add the last worker call's backend / guard / transport seconds to this test's clock."""
@@ -304,7 +321,11 @@ class Harness:
     def check(self, case: Case) -> Any:
         """Differential check of one case against the reference; returns the backend result."""
         expected = self.reference(case)
-        actual = self.call(case)
+        self._expected = (case, expected)
+        try:
+            actual = self.call(case)
+        finally:
+            self._expected = None
         self._check_kind = ("differential", case)
         self.expect(case, actual, expected)
         return actual
@@ -363,8 +384,10 @@ class Harness:
                      "variations": []}
         if not found:
             return
+        found["summary"] = backend_text.visible(found["summary"])
         self.failure["diagnosis"] = found
         self.failure["message"] += "\n  diagnosis: " + found["summary"]
+        self.failure["full_message"] += "\n  diagnosis: " + found["summary"]
         if isinstance(exc, ConformanceFailure):
             exc.args = (self.failure["message"],)
 
@@ -403,14 +426,14 @@ class Harness:
         except BackendError as exc:
             problem = judge(case.rejection, exc.type_name, exc.mro, exc.message)
             if problem is not None:
-                self._fail(case, [], problem, traceback=exc.tb, detail=[exc.site])
+                self._fail(case, [], problem, traceback=exc.tb, detail=[exc.site], replay=_rejection_replay(case))
             self.rejections += 1
             return
         except BackendDeclined as exc:
             self._declined(case, str(exc))
         except BackendProtocolError as exc:   # it returned (no rejection), and not even arrays
-            self._fail(case, [], str(exc))
-        self._fail(case, [], accepted(case.rejection, result))
+            self._fail(case, [], str(exc), replay=_rejection_replay(case))
+        self._fail(case, [], accepted(case.rejection, result), replay=_rejection_replay(case))
 
     def expect(self, case: Case, actual: Any, expected: Any, *, what: str = "reference",
                exact: bool = False, checks: Callable | None = None) -> None:
@@ -430,10 +453,12 @@ class Harness:
         # for_all steers Hypothesis (profile.target) towards the worst headroom of each example
         self._example_headroom = max(worst, self._example_headroom or 0.0)
         bad = [r for r in results if not r.ok]
-        if bad and bad[0].kind == "structure":   # nothing was compared: the fields do not match (protocol.py)
-            self._fail(case, [], bad[0].problem)
         if bad:
-            self._fail(case, bad, f"differs from the {what}")
+            def fails(result) -> bool:
+                return any(not r.ok for r in compare_outputs(case, expected, result, exact=exact, checks=checks))
+            if bad[0].kind == "structure":   # nothing was compared: the fields do not match (protocol.py)
+                self._fail(case, [], bad[0].problem, replay=Replay(case, tuple(self._before), fails))
+            self._fail(case, bad, f"differs from the {what}", replay=Replay(case, tuple(self._before), fails))
 
     def _note(self, case: Case) -> None:
         self.examples += 1
@@ -442,10 +467,14 @@ class Harness:
                 self.dtypes_seen.add(f"{key}={case.params[key]}")
 
     def _fail(self, case: Case, fields: list[FieldResult], headline: str, traceback: str = "",
-              detail: Iterable[str] = ()):
+              detail: Iterable[str] = (), replay: Replay | None = None):
         """Record the failure of `case` and raise it: headline, `detail` lines (where a backend exception
         was raised), per-field metrics, case, expectation, tolerance, replay line; `traceback` (a backend
-        exception's, whole) goes to the record apart from the message."""
+        exception's, whole) goes to the record apart from the message; `replay`: how to repeat the failing
+        call (flaky.py). Text from the backend is bounded and its control characters escaped
+        (backend_text.py): the message keeps its head and tail, the whole text is `full_message`, which
+        the plugin writes to the reproducer's failure.txt, with the traceback and what the backend printed
+        during the failing call (`output`)."""
         lines = [f"[{case.op}] clauses {', '.join(self.clauses) or '-'}: {self.backend_name} {headline}"]
         lines += [f"  {line}" for line in detail if line]
         lines += [f"  {r.summary()}" for r in fields]
@@ -455,10 +484,18 @@ class Harness:
             lines.append(f"  the reference raises: {case.rejection.error}: {case.rejection.reference_message}")
         if fields:
             lines.append(f"  tolerance: {checks_tolerance_reason(case, fields)}")
-        lines.append(f"  replay: kvconform replay {self.repro_dir()} --backend {self.backend_spec}")
-        message = "\n".join(lines)
-        self.failure = {"case": case, "message": message, "fields": [r.to_json() for r in fields],
-                        "traceback": traceback, "before": list(self._before)}
+        replay_line = f"  replay: kvconform replay {self.repro_dir()} --backend {self.backend_spec}"
+        full = backend_text.visible("\n".join(lines + [replay_line]))
+        # the replay line stays whole at the end whatever is cut from the middle
+        message = full if len(full) <= backend_text.MESSAGE_CAP else (
+            backend_text.cap(backend_text.visible("\n".join(lines)),
+                             backend_text.MESSAGE_CAP - len(replay_line) - 1, "failure.txt in the reproducer directory")
+            + "\n" + backend_text.visible(replay_line))
+        if self.failure is not None and self.failure.get("output") is not None:
+            self.failure["output"].discard()   # an earlier failure's (Hypothesis shrinks through several)
+        self.failure = {"case": case, "message": message, "full_message": full, "fields": [r.to_json() for r in fields],
+                        "traceback": traceback, "before": list(self._before), "replay": replay,
+                        "output": self.worker.output() if hasattr(self.worker, "output") else None}
         raise ConformanceFailure(message)
 
     def repro_dir(self):
@@ -485,6 +522,11 @@ class Harness:
             "duration": round(duration, 3),
             "timing": self.clock.record(duration),
         }
+
+
+def _rejection_replay(case: Case) -> Replay:
+    """A replay of an errors-layer case: it fails again unless the backend rejects it properly."""
+    return Replay(case, fails_raise=lambda exc: judge(case.rejection, exc.type_name, exc.mro, exc.message) is not None)
 
 
 def raised_lines(exc: BackendError) -> tuple[str, list[str]]:

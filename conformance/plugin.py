@@ -4,6 +4,12 @@ Inert in ordinary pytest runs: it only adds `--kvc-*` options, the `kvconform` m
 fixture, which suite tests (conformance/suite/) use. With `--kvc-out DIR` it streams one JSON line per
 test to DIR/results.jsonl from the controlling process (so it works under pytest-xdist), writes a
 reproducer for every failure, and at the end renders report.json / report.md / report.html / junit.xml.
+
+The run owns DIR (outdir.py): it takes DIR's lock, a new run deletes an earlier run's files there, and
+`--kvc-resume` restores the earlier run's options from run.json and repairs a torn last line of
+results.jsonl. SIGINT, SIGTERM and a record that cannot be written end the run with the reports marked
+partial (interrupt.py). A failing test's last failing call is replayed (flaky.py): one that does not fail
+every replay is `flaky`.
 """
 from __future__ import annotations
 
@@ -14,20 +20,20 @@ from pathlib import Path
 
 import pytest
 
-from . import artifacts, expectations, profiles
+from . import artifacts, backend_text, expectations, flaky, interrupt, outdir, profiles
 from .harness import ConformanceFailure, Harness
 from .rejection import InvalidErrorCase
-from .worker import BackendCrash, BackendUnavailable, ClaimsUnreadable, InProcess, Worker
+from .worker import BackendCrash, BackendUnavailable, ClaimsUnreadable, EngineError, InProcess, Worker
 
-FINAL = {"pass", "fail", "crash", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error"}
+FINAL = {"pass", "fail", "crash", "flaky", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error"}
 
 
 def pytest_addoption(parser):
     g = parser.getgroup("kvconform", "kvconform conformance suite")
     g.addoption("--kvc-backend", action="append", default=[], metavar="SPEC",
                 help="backend to check: entry-point name or package.module:factory (repeatable)")
-    g.addoption("--kvc-profile", default=os.environ.get("KVCONFORM_PROFILE", "quick"),
-                choices=sorted(profiles.PROFILES))
+    g.addoption("--kvc-profile", default=None, choices=sorted(profiles.PROFILES),
+                help="default: $KVCONFORM_PROFILE or quick (with --kvc-resume: the resumed run's)")
     g.addoption("--kvc-out", default=None, help="directory for results.jsonl, reports and reproducers")
     g.addoption("--kvc-ops", default=None, help="comma-separated ops to run (default: all)")
     g.addoption("--kvc-shard", default=None, metavar="I/N", help="run the I-th of N deterministic shards")
@@ -38,52 +44,111 @@ def pytest_addoption(parser):
     g.addoption("--kvc-run-unclaimed", action="store_true",
                 help="also run cases outside the claims (pass -> unclaimed-pass, fail -> unsupported)")
     g.addoption("--kvc-isolation", choices=("subprocess", "none"), default="subprocess")
-    g.addoption("--kvc-max-crashes", type=int, default=3, metavar="N",
+    g.addoption("--kvc-max-crashes", type=int, default=None, metavar="N",
                 help="after N crashes or hangs in a row of one backend's op, record its remaining tests as "
-                     "crash without running them (0: never; counted per pytest process)")
+                     "crash without running them (default 3; 0: never; counted per pytest process)")
 
 
 class RunState:
     def __init__(self, config):
         opt = config.getoption
         self.config = config
-        self.backends = opt("kvc_backend") or ["numpy"]
-        self.profile = profiles.get(opt("kvc_profile"))
         self.out = Path(opt("kvc_out")).resolve() if opt("kvc_out") else None
-        self.ops = [o.strip() for o in opt("kvc_ops").split(",")] if opt("kvc_ops") else None
-        self.shard = _parse_shard(opt("kvc_shard"))
         self.resume = opt("kvc_resume")
+        self.controller = not hasattr(config, "workerinput")
+        options = self._options(config)
+        self.backends = options["backends"]
+        self.profile = profiles.get(options["profile"])
+        self.ops = options["ops"]
+        self.timeout = options["timeout"]
+        self.run_unclaimed = options["run_unclaimed"]
+        self.max_crashes = options["max_crashes"]
+        self.shard = _parse_shard(opt("kvc_shard"))
         try:
-            self.expectations = expectations.load(opt("kvc_expectations"))
+            self.expectations = expectations.load(options["expectations"])
         except expectations.ExpectationError as exc:
             raise pytest.UsageError(str(exc)) from None
-        self.controller = not hasattr(config, "workerinput")
-        self.max_crashes = opt("kvc_max_crashes")
         self.crash_streak: dict[tuple[str, str], int] = {}   # (backend spec, op) -> crashes in a row
         self.done: set[str] = set()
         self.workers: dict[str, object] = {}
+        self.run: dict = {}
+        self.recorded = 0          # result lines written by this session
+        self.cut_short = False     # a result line could not be written: the run stops
         if self.out is not None:
-            self.results_path = self.out / "results.jsonl"
+            self.results_path = self.out / outdir.RESULTS
+            if self.controller:
+                self._own_folder(options)
             if self.resume and self.results_path.exists():
-                for line in self.results_path.read_text().splitlines():
+                for line in self.results_path.read_text(errors="replace").splitlines():
                     try:
                         rec = json.loads(line)
                     except json.JSONDecodeError:
                         continue   # a line cut short by the interruption we resume from
-                    if rec.get("status") in FINAL:
+                    if isinstance(rec, dict) and rec.get("status") in FINAL:
                         self.done.add(rec["id"])
-            if self.controller:
-                self.out.mkdir(parents=True, exist_ok=True)
-                if not self.resume:
-                    self.results_path.write_text("")
-                    meta = {"profile": self.profile.name, "backends": self.backends,
-                            "expectations": [e.to_json() for e in self.expectations],
-                            "shard": opt("kvc_shard"), "seed": _seed(config)}
-                    (self.out / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    def _options(self, config) -> dict:
+        """The run's options (outdir.RESUMED): as given, else (with --kvc-resume) the resumed run's, else
+        the defaults. Under --kvc-resume, a given option that differs from the resumed run's is a usage
+        error (in every xdist process alike: each reads the same run.json)."""
+        opt = config.getoption
+        ops = [o.strip() for o in opt("kvc_ops").split(",") if o.strip()] if opt("kvc_ops") else None
+        given = {"profile": opt("kvc_profile"), "backends": opt("kvc_backend") or None, "ops": ops,
+                 "seed": _seed(config), "timeout": opt("kvc_timeout"),
+                 "expectations": [str(Path(p).resolve()) for p in opt("kvc_expectations")] or None,
+                 "run_unclaimed": opt("kvc_run_unclaimed"), "max_crashes": opt("kvc_max_crashes")}
+        if self.resume and self.out is not None and outdir.read_run(self.out) is not None:
+            try:
+                given = outdir.resumed_options(self.out, given)
+            except outdir.FolderError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            if given["seed"] is not None and _seed(config) is None:
+                # restore the resumed run's --hypothesis-seed (Hypothesis's plugin reads it into this)
+                from hypothesis import core
+                core.global_force_seed = given["seed"]
+        defaults = {"profile": os.environ.get("KVCONFORM_PROFILE", "quick"), "backends": ["numpy"],
+                    "expectations": [], "run_unclaimed": False, "max_crashes": 3}
+        return {k: (v if v is not None else defaults.get(k)) for k, v in given.items()}
+
+    def _own_folder(self, options: dict) -> None:
+        """The controller's part: DIR's lock; a new run deletes the earlier run's files, a resumed one
+        repairs a torn last line of results.jsonl; run.json says the run is under way."""
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            outdir.lock(self.out)
+            if self.resume:
+                outdir.repair_results(self.results_path)
+            else:
+                outdir.clear(self.out)
+            if not self.resume or not self.results_path.exists():
+                self.results_path.write_text("")
+            meta = {"profile": self.profile.name, "backends": self.backends,
+                    "expectations": [e.to_json() for e in self.expectations],
+                    "shard": self.config.getoption("kvc_shard"), "seed": options["seed"], "options": options}
+            self.run = outdir.started_run(self.out, meta, self.resume)
+        except outdir.FolderError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        except OSError as exc:
+            raise pytest.UsageError(f"--kvc-out {self.out} is not writable: {exc.strerror or exc}") from None
+        interrupt.install()
+
+    def record(self, line: str, session) -> None:
+        """Append one result line to results.jsonl; a write that fails (a full disk) stops the run: the
+        rest would be lost too, and the results so far must stay readable."""
+        if self.cut_short:
+            return
+        try:
+            with open(self.results_path, "a") as fh:   # one line per test, flushed at once
+                fh.write(line + "\n")
+            self.recorded += 1
+        except OSError as exc:
+            self.cut_short = True
+            interrupt.STOP.write_error = f"cannot write {self.results_path}: {exc.strerror or exc}"
+            _stop_session(session, interrupt.STOP.write_error)
 
     def worker(self, spec: str):
         if spec not in self.workers:
-            timeout = self.config.getoption("kvc_timeout") or self.profile.call_timeout
+            timeout = self.timeout or self.profile.call_timeout
             if self.config.getoption("kvc_isolation") == "none":
                 w = InProcess(spec)
             else:
@@ -97,15 +162,34 @@ class RunState:
                 description = {"name": spec, "available": False, "reason": str(exc), "capabilities": {}}
             self.workers[spec] = (w, description)
             if self.out is not None:
-                (self.out / "backends").mkdir(parents=True, exist_ok=True)
-                safe = artifacts.case_id(spec)
-                (self.out / "backends" / f"{safe}.json").write_text(
-                    json.dumps(dict(description, spec=spec), indent=2, default=str) + "\n")
+                try:
+                    (self.out / "backends").mkdir(parents=True, exist_ok=True)
+                    safe = artifacts.case_id(spec)
+                    outdir.write_atomic(self.out / "backends" / f"{safe}.json",
+                                        json.dumps(dict(description, spec=spec), indent=2, default=str) + "\n")
+                except OSError as exc:   # a full disk: the run stops after this test
+                    interrupt.STOP.write_error = interrupt.STOP.write_error or (
+                        f"cannot write {self.out}/backends: {exc.strerror or exc}")
+                    _stop_session(_CONFIG.get("session"), interrupt.STOP.write_error)
         return self.workers[spec]
 
     def close(self):
         for w, _ in self.workers.values():
             w.stop()
+            if getattr(w, "crash_output", None) is not None:
+                w.crash_output.discard()
+        if self.out is not None and self.controller:
+            interrupt.restore()
+            outdir.unlock(self.out)
+
+
+def _stop_session(session, reason: str) -> None:
+    """End the run after the test in progress, with or without pytest-xdist."""
+    if session is not None:
+        session.shouldstop = reason
+        dsession = session.config.pluginmanager.getplugin("dsession")
+        if dsession is not None and not getattr(dsession, "shouldstop", False):
+            dsession.shouldstop = reason
 
 
 def _seed(config):
@@ -217,7 +301,7 @@ def _report_the_message_only(item) -> None:
     default = item.repr_failure
 
     def repr_failure(excinfo, *args, **kwargs):
-        if excinfo.errisinstance(ConformanceFailure):
+        if excinfo.errisinstance((ConformanceFailure, EngineError)):
             path, line, _ = item.location
             notes = [str(note) for note in getattr(excinfo.value, "__notes__", ())]
             return "\n".join([str(excinfo.value), f"{path}:{line + 1}: {item.name}", *notes])
@@ -232,8 +316,7 @@ def kvc(request, kvc_backend):
     worker, description = state.worker(kvc_backend)
     harness = Harness(backend_spec=kvc_backend, worker=worker, description=description,
                       profile=state.profile, out_dir=state.out or Path(".kvconform"), node=request.node,
-                      run_unclaimed=request.config.getoption("kvc_run_unclaimed"),
-                      call_timeout=request.config.getoption("kvc_timeout"))
+                      run_unclaimed=state.run_unclaimed, call_timeout=state.timeout)
     request.node._kvc_harness = harness
     if not description.get("available", True):
         pytest.skip(f"unsupported: backend {kvc_backend} cannot run here: {description.get('reason')}")
@@ -255,34 +338,85 @@ def pytest_runtest_makereport(item, call):
         return
     state = item.config._kvconform
     status, message = _status(rep, call, harness)
+    rate = None
+    if status in ("fail", "flaky"):
+        status, message, rate = _replayed(status, message, harness, call)
     _count_crash(state, harness, status, message)
-    record = harness.record()
-    record.update({"id": item.nodeid, "test": getattr(item, "originalname", item.name),
-                   "variant": _variant(item), "status": status, "message": message[:4000],
-                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})   # which --jobs process ran it
-    if status == "xfail" or status == "xpass":
-        record["expectation"] = getattr(rep, "wasxfail", "")
     failure = harness.failure
     if status == "crash" and failure is None and harness.last_case is not None:
-        failure = {"case": harness.last_case, "message": message, "fields": []}
+        failure = {"case": harness.last_case, "message": message, "full_message": message, "fields": []}
+    if status == "crash" and failure is not None:   # what the backend printed in the call that crashed
+        failure["output"] = getattr(harness.worker, "crash_output", None)
+        harness.worker.crash_output = None
+    record = harness.record()
+    record.update({"id": item.nodeid, "test": getattr(item, "originalname", item.name),
+                   "variant": _variant(item), "status": status,
+                   "message": backend_text.cap(backend_text.visible(message), backend_text.MESSAGE_CAP),
+                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "")})   # which --jobs process ran it
+    if rate is not None:
+        record["replays"] = rate.to_json()
+    if status == "xfail" or status == "xpass":
+        record["expectation"] = getattr(rep, "wasxfail", "")
     if failure is not None:
         record["op"] = failure["case"].op   # a stateful test spans ops: name the one that failed
-    if status in ("fail", "crash", "xfail") and failure is not None and state.out is not None:
-        record["counterexample"] = failure["case"].shape_summary()
-        record["fields"] = failure.get("fields", [])
-        if failure.get("diagnosis"):
-            record["diagnosis"] = failure["diagnosis"]
-        if failure.get("traceback"):   # a backend exception's whole traceback (the message has its tail)
-            record["traceback"] = failure["traceback"]
-        try:
-            record["repro"] = str(artifacts.write_reproducer(state.out, item.nodeid, failure, record))
-        except OSError as exc:
-            record["repro_error"] = str(exc)
+    if status in ("fail", "crash", "flaky", "xfail") and failure is not None and state.out is not None:
+        _failure_record(record, failure, message, rate, state, item)
+    if failure is not None and failure.get("output") is not None:
+        failure["output"].discard()   # moved into failure.txt, or not kept
     rep.user_properties.append(("kvconform", json.dumps(record, default=str)))
     # JUnit reads properties from the teardown report, which copies item.user_properties.
     for key in ("backend", "op", "layer", "status"):
         item.user_properties.append((f"kvc_{key}", str(record[key])))
     item.user_properties.append(("kvc_clauses", " ".join(record["clauses"])))
+
+
+def _replayed(status: str, message: str, harness, call):
+    """(status, message, flaky.Rate or None) of a failed test after replaying its failing call: `flaky`
+    when a replay passed, or when Hypothesis itself found the failure unreliable (its FlakyFailure: the
+    shrunk example passed on a later call); the message's second line then says so, with the rate."""
+    failure = harness.failure
+    rate = None
+    if failure is not None and failure.get("replay") is not None and not harness.not_run:
+        try:
+            rate = flaky.reproduction_rate(harness.worker, failure["replay"], harness.call_timeout)
+        except Exception as exc:  # a replay must never change a failure into something else
+            rate = None
+            message += f"\n  (replays not available: {type(exc).__name__}: {str(exc)[:200]})"
+    unreliable = status == "flaky"
+    if not unreliable and (rate is None or rate.failed == rate.replays):
+        return status, message, rate
+    why = []
+    if rate is not None:
+        why.append(f"{rate.text()} of this counterexample")
+    if unreliable:
+        why.append("Hypothesis: unreliable results (the shrunk example passed when run again)")
+    head, _, rest = message.partition("\n")
+    return "flaky", f"{head}\n  flaky: {'; '.join(why)}" + (f"\n{rest}" if rest else ""), rate
+
+
+def _failure_record(record: dict, failure: dict, message: str, rate, state, item) -> None:
+    """A failure's part of its record: counterexample, fields, diagnosis, capped traceback and backend
+    output, and its reproducer directory with failure.txt (the whole message, traceback and output)."""
+    record["counterexample"] = failure["case"].shape_summary()
+    record["fields"] = failure.get("fields", [])
+    if failure.get("diagnosis"):
+        record["diagnosis"] = failure["diagnosis"]
+    directory = artifacts.repro_dir_for(state.out, item.nodeid)
+    whole = f"{directory}/{artifacts.FAILURE_TEXT}"
+    if failure.get("traceback"):   # a backend exception's traceback, its innermost frames at the end
+        record["traceback"] = backend_text.cap(failure["traceback"], backend_text.TRACEBACK_CAP, whole)
+    output = failure.get("output")
+    if output is not None:
+        record["output"] = output.text
+        record["output_bytes"] = output.size
+    if rate is not None:
+        failure = dict(failure, flaky=rate.to_json())
+    try:
+        record["repro"] = str(artifacts.write_reproducer(state.out, item.nodeid, dict(failure, message=message),
+                                                         record))
+        record["failure_text"] = whole
+    except OSError as exc:
+        record["repro_error"] = str(exc)
 
 
 def _count_crash(state, harness, status: str, message: str) -> None:
@@ -291,7 +425,7 @@ def _count_crash(state, harness, status: str, message: str) -> None:
     key = (harness.backend_spec, harness.op)
     if status == "crash" and NOT_RUN not in message:
         state.crash_streak[key] = state.crash_streak.get(key, 0) + 1
-    elif status in ("pass", "fail", "xfail", "xpass", "unclaimed-pass"):
+    elif status in ("pass", "fail", "flaky", "xfail", "xpass", "unclaimed-pass"):
         state.crash_streak[key] = 0
 
 
@@ -326,6 +460,14 @@ def _status(rep, call, harness) -> tuple[str, str]:
     if call.excinfo is not None and call.excinfo.errisinstance(InvalidErrorCase):
         # an error case the reference accepts tests nothing: a bug of the suite, not of the backend
         return "error", f"[{harness.op}] invalid error case (suite bug): {call.excinfo.value}"
+    if call.excinfo is not None and call.excinfo.errisinstance(EngineError):
+        return "error", f"[{harness.op}] engine error (not the backend's): {call.excinfo.value}"
+    from hypothesis.errors import Flaky, FlakyFailure
+    if call.excinfo is not None and call.excinfo.errisinstance(FlakyFailure) and harness.failure is not None:
+        return "flaky", _exc_text(call, harness)
+    if call.excinfo is not None and call.excinfo.errisinstance(Flaky):
+        # a strategy drawing differently on the same data (FlakyStrategyDefinition) is the suite's bug
+        return "error", f"[{harness.op}] {call.excinfo.typename} (suite bug): {call.excinfo.value}"
     return "fail", _exc_text(call, harness)
 
 
@@ -346,8 +488,7 @@ def pytest_runtest_logreport(report):
         return
     for name, value in report.user_properties:
         if name == "kvconform":
-            with open(state.results_path, "a") as fh:   # one line per test, flushed at once
-                fh.write(value + "\n")
+            state.record(value, _CONFIG.get("session"))
 
 
 _CONFIG: dict = {}
@@ -356,6 +497,7 @@ _CONFIG: dict = {}
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     _CONFIG["config"] = session.config
+    _CONFIG["session"] = session
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -363,10 +505,27 @@ def pytest_sessionfinish(session, exitstatus):
     if not state.controller or state.out is None or not state.results_path.exists():
         return
     from .report import build
+    stop = interrupt.STOP
+    reason = stop.reason()
+    status = "interrupted" if stop.signal else "cut short" if stop.write_error else "complete"
+    early = session.shouldfail or session.shouldstop
+    if status == "complete" and (early or exitstatus == pytest.ExitCode.INTERRUPTED):
+        # stopped early otherwise: -x / --maxfail, a worker's own KeyboardInterrupt
+        status, reason = "stopped", f"stopped early ({early or 'interrupted'})"
+    run = outdir.finished_run(state.out, state.run, reason, status)
     try:
-        build.write_all(state.out)
+        build.write_all(state.out, run=run)
+    except OSError as exc:   # a full disk: results.jsonl has the results; `kvconform report DIR` rebuilds
+        stop.write_error = stop.write_error or f"cannot write the reports in {state.out}: {exc.strerror or exc}"
+        session.config._kvconform_report_error = (f"{stop.write_error}; after freeing space, `kvconform report "
+                                                  f"{state.out}` writes them from results.jsonl")
     except Exception as exc:  # a report bug must not hide the test results
         session.config._kvconform_report_error = f"{type(exc).__name__}: {exc}"
+    code = stop.exit_code()
+    if code == interrupt.EXIT_NOT_CHECKED and session.testsfailed:
+        code = 1   # cut short after a failure: the failure decides
+    if code is not None:
+        session.exitstatus = code
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -79,6 +79,13 @@ def u(dtype_name: str) -> float:
     return eps(dtype_name) / 2 if dtype_name != "float64" else 2.0 ** -53
 
 
+def u_compute(out_dtype: str) -> float:
+    """Unit roundoff of the arithmetic behind an output of `out_dtype` (NU-3): that dtype's or float32's
+    (`U_ACC`), whichever is finer. Every backend computes in float32 or wider, so a bfloat16 or float16
+    output is rounded to its dtype once, at the end; the arithmetic before it is judged at float32."""
+    return min(u(out_dtype), U_ACC)
+
+
 def reduction(out_dtype: str, atol, rtol, reason: str) -> Tolerance:
     """Class R with bounds computed by a family section of numerics.md; aggregate per NU-6."""
     return Tolerance("reduction", atol=atol, rtol=rtol, aggregate=0.25, out_dtype=out_dtype, reason=reason)

@@ -10,17 +10,36 @@ converted, and inputs checked for mutation and aliasing, by conformance/protocol
 
 `BackendCrash` derives from BaseException on purpose: Hypothesis then stops at once instead of shrinking
 (each shrink step would restart a worker), and the case that crashed is reported as it was drawn.
+
+**Process group.** The worker starts a session of its own (`os.setsid`), so every process a backend
+spawns (a compile server, a pool) is in the worker's process group, and stopping the worker — at a
+timeout, after a crash, at the end of a run — kills the whole group (`os.killpg`). A worker whose parent
+dies (the run was SIGKILLed) kills its group itself within a second. Being its own session, the worker
+does not get the terminal's Ctrl-C: the run decides when it stops.
+
+**Output.** The worker's stdout and stderr (file descriptors 1 and 2, so C extensions' output too) go
+to a file emptied before each call, not to the run's terminal: `Worker.output()` is what the backend
+printed during the last call, capped for records (backend_text.py) with the whole text in a private
+copy; the harness keeps it for a failure, the plugin puts it in the failure's reproducer directory.
+
+An error of the engine's own handling of a result (inspecting or converting what the backend returned)
+is an `EngineError`, never charged to the backend as "backend raised".
 """
 from __future__ import annotations
 
 import faulthandler
 import multiprocessing as mp
 import os
+import signal
+import sys
 import tempfile
+import threading
 import time
 import traceback
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple
 
+from . import backend_text
 from .protocol import ALIAS, InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs  # noqa: F401
 
 
@@ -84,17 +103,27 @@ class BackendUnavailable(Exception):
     """The backend could not be loaded in the worker."""
 
 
+class EngineError(Exception):
+    """The engine failed on what the backend returned (inspecting or converting it): the suite's error,
+    recorded as `error`, never as the backend raising."""
+
+
 class ClaimsUnreadable(BackendUnavailable):
     """The backend loaded, but describe() (its availability or capabilities) raised: nothing can be
     checked, and a run must not end green (the error is the message)."""
 
 
-def _serve(conn, spec: str, fault_path: str | None = None) -> None:
+def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | None = None,
+           parent: int | None = None) -> None:
     """Worker main loop (runs in the child). A fatal signal dumps the Python stacks to `fault_path`, so
-    that a crash report can say where the backend died (the process itself can tell nobody)."""
+    that a crash report can say where the backend died (the process itself can tell nobody); what the
+    backend prints goes to `output_path`, emptied before each call; `parent`: the pid whose death ends
+    this worker and its process group."""
+    _own_process_group(parent)
     if fault_path is not None:
         fault_file = open(fault_path, "w")  # noqa: SIM115 - must stay open for the life of the process
         faulthandler.enable(file=fault_file, all_threads=True)
+    capture = _Capture(output_path)
     from kvconform import backends
     from kvconform.backends.base import Unsupported
     try:
@@ -116,24 +145,141 @@ def _serve(conn, spec: str, fault_path: str | None = None) -> None:
             return
         op, kwargs = request
         served = time.perf_counter()
+        before = InputSnapshot(kwargs)
+        capture.begin()
         try:
-            before = InputSnapshot(kwargs)
             started = time.perf_counter()
             result = getattr(backend, op)(**kwargs)
             backend_seconds = time.perf_counter() - started
+        except Unsupported as exc:
+            conn.send(("declined", str(exc)))
+            continue
+        except Exception as exc:
+            conn.send(("error", _error_payload(exc)))
+            continue
+        finally:
+            capture.end()
+        try:   # the engine's side: an error here is never "backend raised"
             try:   # converted before pickling, which a generator or a device tensor would not survive
                 outputs = protocol_outputs(result)
             except ProtocolViolation as exc:
                 conn.send(("protocol", str(exc)))
                 continue
             mutated = before.mutated(kwargs) + aliased_inputs(result, kwargs)
-            result = outputs
-            timing = (backend_seconds, time.perf_counter() - served - backend_seconds)
-            conn.send(("ok", (result, mutated, timing)))
-        except Unsupported as exc:
-            conn.send(("declined", str(exc)))
         except Exception as exc:
-            conn.send(("error", _error_payload(exc)))
+            conn.send(("engine-error", f"the engine could not inspect what {op} returned "
+                                       f"({type(result).__name__}): {type(exc).__name__}: {exc}"))
+            continue
+        timing = (backend_seconds, time.perf_counter() - served - backend_seconds)
+        conn.send(("ok", (outputs, mutated, timing)))
+
+
+def _own_process_group(parent: int | None) -> None:
+    """Make this worker the leader of a new session and process group (what a backend spawns joins it,
+    and the run kills the group), and kill the group when `parent` dies (a SIGKILLed run cannot)."""
+    if not hasattr(os, "setsid"):   # pragma: no cover - not POSIX
+        return
+    try:
+        os.setsid()
+    except OSError:   # already a group leader: then never kill the group (it may be the run's own)
+        return
+    if parent is None:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="kvconform-parent-watch", daemon=True).start()
+
+
+class _Capture:
+    """The worker's file descriptors 1 and 2 redirected to one file, emptied before each call (so the file
+    holds what the backend printed during the last call); Python's and C's stdio buffers are flushed
+    around the call, so nothing printed in it arrives later."""
+
+    def __init__(self, path: str | None):
+        self.fd = None
+        if path is None:
+            return
+        self._flush()
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(self.fd, 1)
+        os.dup2(self.fd, 2)
+        try:
+            import ctypes
+            self._fflush = ctypes.CDLL(None).fflush
+        except (OSError, AttributeError):   # pragma: no cover - no C library to flush
+            self._fflush = None
+
+    def begin(self) -> None:
+        if self.fd is not None:
+            self._flush()
+            os.ftruncate(self.fd, 0)
+
+    def end(self) -> None:
+        if self.fd is not None:
+            self._flush()
+
+    def _flush(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        if getattr(self, "_fflush", None) is not None:
+            self._fflush(None)
+
+
+@dataclass
+class CapturedOutput:
+    """What a backend printed during one call: `size` bytes in all, `text` capped for a record
+    (backend_text.OUTPUT_CAP, head and tail), `path` a private copy of the whole text (at most
+    backend_text.FULL_TEXT_CAP bytes) that its holder moves into a reproducer or `discard`s."""
+    size: int
+    text: str
+    path: str | None
+
+    def discard(self) -> None:
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            self.path = None
+
+
+def read_output(path: str | None) -> CapturedOutput | None:
+    """The captured output in `path` (see CapturedOutput), None when the backend printed nothing."""
+    try:
+        size = os.path.getsize(path) if path else 0
+    except OSError:
+        return None
+    if not size:
+        return None
+    limit = backend_text.OUTPUT_CAP
+    with open(path, "rb") as fh:
+        if size <= limit:
+            text = fh.read().decode(errors="replace")
+        else:   # head and tail only: never read a huge output whole
+            head = fh.read(limit // 4).decode(errors="replace")
+            fh.seek(size - (limit - limit // 4))
+            tail = fh.read().decode(errors="replace")
+            text = f"{head}\n[... {size - limit:,} bytes cut ...]\n{tail}"
+        fh.seek(0)
+        fd, copy = tempfile.mkstemp(prefix="kvconform-output-", suffix=".txt")
+        with os.fdopen(fd, "wb") as out:
+            remaining = backend_text.FULL_TEXT_CAP
+            while remaining > 0:
+                chunk = fh.read(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                out.write(chunk)
+                remaining -= len(chunk)
+            if size > backend_text.FULL_TEXT_CAP:
+                out.write(f"\n[... {size - backend_text.FULL_TEXT_CAP:,} more bytes not kept]\n".encode())
+    return CapturedOutput(size, text, copy)
 
 
 class CallTiming(NamedTuple):
@@ -157,17 +303,21 @@ class Worker:
         self._proc = None
         self._conn = None
         self._fault_path: str | None = None
+        self._output_path: str | None = None
         self.description: dict | None = None
         self.restarts = 0
         self.last_timing: CallTiming | None = None
+        self.crash_output: CapturedOutput | None = None   # what the backend printed in the call that crashed
 
     def start(self) -> dict:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         fd, self._fault_path = tempfile.mkstemp(prefix="kvconform-fault-", suffix=".txt")
         os.close(fd)
-        proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path), daemon=True,
-                           name=f"kvconform-{self.spec}")
+        fd, self._output_path = tempfile.mkstemp(prefix="kvconform-stdout-", suffix=".txt")
+        os.close(fd)
+        proc = ctx.Process(target=_serve, args=(child, self.spec, self._fault_path, self._output_path, os.getpid()),
+                           daemon=True, name=f"kvconform-{self.spec}")
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
@@ -195,6 +345,9 @@ class Worker:
         return self.description
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        if self.crash_output is not None:   # an earlier crash's, nobody took it
+            self.crash_output.discard()
+            self.crash_output = None
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self.restarts += 1
@@ -205,7 +358,8 @@ class Worker:
         try:
             self._conn.send((op, kwargs))
             if not self._conn.poll(limit):
-                self.stop()
+                self._keep_crash_output()
+                self.stop(graceful=False)
                 raise BackendCrash(f"hang: {op} did not return within {limit:.0f} s (worker killed)")
             status, payload = self._conn.recv()
             if status != "ok":   # a raise or a refusal: its whole (small) round trip counts as the backend's
@@ -216,7 +370,8 @@ class Worker:
                 self._proc.join(timeout=2)
                 code = self._proc.exitcode
             where = crash_site(self._fault_path)
-            self.stop()
+            self._keep_crash_output()
+            self.stop(graceful=False)
             raise BackendCrash(f"{op}: worker process died ({_describe_exit(code)}) after "
                                f"{time.monotonic() - started:.1f} s" + (f"; {where}" if where else "")) from None
         if status == "error":
@@ -225,31 +380,59 @@ class Worker:
             raise BackendDeclined(payload)
         if status == "protocol":
             raise BackendProtocolError(payload)
+        if status == "engine-error":
+            raise EngineError(payload)
         result, mutated, (backend_seconds, guard_seconds) = payload
         round_trip = time.monotonic() - started
         self.last_timing = CallTiming(backend_seconds, guard_seconds,
                                       max(0.0, round_trip - backend_seconds - guard_seconds))
         return result.value(), mutated
 
-    def stop(self) -> None:
+    def output(self) -> CapturedOutput | None:
+        """What the backend printed (stdout and stderr) during the last call, or None; valid until the next
+        call. The caller owns the returned copy (move it or `discard` it)."""
+        return read_output(self._output_path)
+
+    def _keep_crash_output(self) -> None:
+        if self.crash_output is not None:
+            self.crash_output.discard()
+        self.crash_output = self.output()
+
+    def stop(self, graceful: bool = True) -> None:
+        """Stop the worker (asked to exit, killed after a second; at once unless `graceful`) and kill its
+        process group: whatever the backend spawned dies with it."""
         if self._conn is not None:
             try:
-                if self._proc is not None and self._proc.is_alive():
+                if graceful and self._proc is not None and self._proc.is_alive():
                     self._conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
             self._conn.close()
         if self._proc is not None:
-            self._proc.join(timeout=1)
+            if graceful:
+                self._proc.join(timeout=1)
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join(timeout=5)
-        if self._fault_path is not None:
-            try:
-                os.unlink(self._fault_path)
-            except OSError:
-                pass
-        self._proc = self._conn = self._fault_path = None
+            kill_group(self._proc.pid)
+        for path in (self._fault_path, self._output_path):
+            if path is not None:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        self._proc = self._conn = self._fault_path = self._output_path = None
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group a worker leads (its pid: the worker called setsid); never this process's
+    own group, and nothing when the group is gone."""
+    if not hasattr(os, "killpg") or pid == os.getpgrp():
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def crash_site(fault_path: str | None, frames: int = 4) -> str:
@@ -308,9 +491,14 @@ class InProcess:
             raise ClaimsUnreadable(f"{type(exc).__name__}: {exc}") from None
         self.restarts = 0
         self.last_timing: CallTiming | None = None
+        self.crash_output: CapturedOutput | None = None   # never set: a crash here is the caller's
 
     def describe(self) -> dict:
         return self.description
+
+    def output(self) -> CapturedOutput | None:
+        """Nothing is captured in-process: the backend's prints went where this process's go."""
+        return None
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
         from kvconform.backends.base import Unsupported
@@ -332,7 +520,7 @@ class InProcess:
             raise BackendProtocolError(str(exc)) from None
         return outputs.value(), before.mutated(kwargs) + aliased_inputs(result, kwargs)
 
-    def stop(self) -> None:
+    def stop(self, graceful: bool = True) -> None:
         pass
 
 

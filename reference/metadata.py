@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .validation import check_index_range, int_input, int_scalar, require
+from .validation import as_array, check_index_range, int_input, int_scalar, require
 
 __all__ = [
     "CsrPageTable", "BlockTable", "ArenaLayout", "PageTableState",
@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 I32 = np.int32
+_INT32_MAX = 2 ** 31 - 1
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -81,7 +82,7 @@ def validate_csr(kv_indptr, kv_indices, kv_last_page_len, page_size):
     require(indptr[-1] == indices.shape[0],
             f"kv_indptr[S] must equal len(kv_indices) (MD-2): kv_indptr[{S}]={int(indptr[-1])}, "
             f"len(kv_indices)={indices.shape[0]}")
-    check_index_range("kv_indices", indices, 0, np.iinfo(np.int32).max, " (page ids are >= 0, MD-2)")
+    check_index_range("kv_indices", indices, 0, np.iinfo(np.int32).max + 1, " (page ids are int32 >= 0, MD-2)")
     for i in range(S):
         if steps[i] == 0:
             require(last[i] == 0, f"kv_last_page_len[{i}] must be 0 for a sequence with no pages (MD-4), "
@@ -111,7 +112,7 @@ def validate_block_table_to_csr(page_indices, kv_lens, num_seqs, page_size):
     check_index_range("kv_lens", lens, 0, table.shape[1] * P + 1,
                       f" (at most pages_per_seq * page_size = {table.shape[1] * P})")
     for i in range(S):
-        check_index_range("page_indices", table[i, :_cdiv(int(lens[i]), P)], 0, np.iinfo(np.int32).max,
+        check_index_range("page_indices", table[i, :_cdiv(int(lens[i]), P)], 0, np.iinfo(np.int32).max + 1,
                           " (owned pages are >= 0)")
     return table, lens, S, P
 
@@ -177,6 +178,13 @@ def validate_append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_
     for i in range(S):
         require(0 <= q_lens[i] <= kv_lens[i], f"qo_indptr: sequence {i} has q_len={int(q_lens[i])} outside "
                                               f"[0, kv_len={int(kv_lens[i])}] (MD-7)")
+        if q_lens[i]:      # MD-7: every slot written is an int32
+            first, last_pos = int(kv_lens[i] - q_lens[i]), int(kv_lens[i] - 1)
+            pages = indices[indptr[i] + first // P:indptr[i] + last_pos // P + 1]
+            top = max(int(pages[:-1].max()) * P + P - 1 if pages.shape[0] > 1 else -1,
+                      int(pages[-1]) * P + last_pos % P)
+            require(top <= _INT32_MAX, f"kv_indices: sequence {i} writes slot {top} = page * page_size + offset, "
+                                       f"past int32 (MD-7)")
     return qo, indptr, indices, last, P
 
 
@@ -209,10 +217,33 @@ ARENA_ORDER = ("qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len")
 def validate_arena_layout(nbytes, alignment, start=0):
     """Check `arena_layout`'s arguments (MD-22); returns (nbytes i64[n], alignment, start)."""
     sizes = int_input("nbytes", nbytes, 1, "[n]")
-    check_index_range("nbytes", sizes, 0, 2**40, " (byte sizes are >= 0)")
+    bad = np.flatnonzero(sizes < 0)
+    require(not bad.size, f"nbytes[{int(bad[0]) if bad.size else 0}]={int(sizes[bad[0]]) if bad.size else 0} "
+                          f"must be >= 0 (byte sizes, MD-8)")
     A = int_scalar("alignment", alignment, minimum=1)
     require(A & (A - 1) == 0, f"alignment must be a power of two (MD-8), got {A}")
-    return sizes, A, int_scalar("start", start, minimum=0)
+    begin = int_scalar("start", start, minimum=0)
+    total = _layout(sizes, A, begin)[2]
+    # MD-9: offsets, copy_bytes and total_bytes are i64, so a layout ending past 2**63 - 1 bytes cannot be
+    # returned (Python ints above: the check itself cannot overflow)
+    require(total <= np.iinfo(np.int64).max,
+            f"nbytes: the layout of these sizes (start {begin}, alignment {A}) takes {total} bytes, past "
+            f"2**63 - 1, the range of its i64 offsets (MD-9)")
+    return sizes, A, begin
+
+
+def _layout(sizes, A: int, pos: int) -> tuple[list[int], int, int]:
+    """(offsets, copy_bytes, total_bytes) of MD-8/MD-9 as Python ints."""
+    def up(x: int) -> int:
+        return _cdiv(x, A) * A
+
+    offsets = []
+    for n in sizes:
+        pos = up(pos)
+        offsets.append(pos)
+        pos += int(n)
+    copy = offsets[-1] + int(sizes[-1]) if offsets else 0
+    return offsets, copy, up(copy)
 
 
 def arena_layout(nbytes, alignment, start=0) -> ArenaLayout:
@@ -224,18 +255,8 @@ def arena_layout(nbytes, alignment, start=0) -> ArenaLayout:
     last array, what a host-to-device copy must move; 0 for n = 0); total_bytes = align_up(copy_bytes,
     alignment) (the arena size). alignment: a power of two >= 1; start >= 0.
     """
-    sizes, A, pos = validate_arena_layout(nbytes, alignment, start)
-
-    def up(x: int) -> int:
-        return _cdiv(x, A) * A
-
-    offsets = []
-    for n in sizes:
-        pos = up(pos)
-        offsets.append(pos)
-        pos += int(n)
-    copy = offsets[-1] + int(sizes[-1]) if offsets else 0
-    return ArenaLayout(np.array(offsets, np.int64), np.array(copy, np.int64), np.array(up(copy), np.int64))
+    offsets, copy, total = _layout(*validate_arena_layout(nbytes, alignment, start))
+    return ArenaLayout(np.array(offsets, np.int64), np.array(copy, np.int64), np.array(total, np.int64))
 
 
 def pack_arena(arrays, alignment, start=0, fill=None, rng=None):
@@ -278,7 +299,7 @@ def slot_mapping_from_arena(arena, offsets, num_seqs, page_size) -> np.ndarray:
 def validate_slot_mapping_from_arena(arena, offsets, num_seqs, page_size):
     """Check `slot_mapping_from_arena`'s arguments (MD-10, MD-22); returns the four int32 views
     (qo_indptr, kv_indptr, kv_indices, kv_last_page_len) into the arena, in ARENA_ORDER."""
-    buf = np.asarray(arena)
+    buf = as_array("arena", arena)   # a ragged nested list: a TypeError naming arena, not NumPy's own
     require(buf.dtype == np.uint8 and buf.ndim == 1, f"arena must be a uint8[N] byte buffer, got "
                                                       f"{buf.dtype}{list(buf.shape)}")
     offs = int_input("offsets", offsets, 1, "[4]")
@@ -352,7 +373,7 @@ def _validate_state(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks,
     require(indptr[0] == 0 and np.all(np.diff(indptr) >= 0) and indptr[-1] == indices.shape[0],
             "kv_indptr must start at 0, be non-decreasing and end at len(kv_indices) (MD-2)")
     check_index_range("kv_indices", indices, 0, refs.shape[0], " (page ids of the pool, MD-11)")
-    check_index_range("seq_lens", lens, 0, 2**31 - 1)
+    check_index_range("seq_lens", lens, 0, 2**31, " (int32 lengths)")
     pages = np.diff(indptr)
     for i in range(S):
         require(pages[i] == _cdiv(int(lens[i]), P), f"seq_lens[{i}]={int(lens[i])} needs "
@@ -430,11 +451,14 @@ def page_table_step(seq_ids, seq_lens, kv_indptr, kv_indices, ref_counts, sinks,
         ids.append(seq); lens.append(0); tables.append([]); sks.append(0); wns.append(0)
     elif command == "append":                                                   # MD-14
         i = where(seq, "seq")
+        require(lens[i] + n <= _INT32_MAX, f"n={n}: sequence {seq} of length {lens[i]} would pass int32 (MD-14)")
         for _ in range(n):
             p = lens[i]
             if p % P == 0:
                 tables[i].append(alloc())
             slots.append(tables[i][p // P] * P + p % P)
+            require(slots[-1] <= _INT32_MAX, f"page_size={P}: the slot {slots[-1]} of page {tables[i][p // P]} is "
+                                             f"past int32 (MD-14)")
             lens[i] += 1
         trim(i)
     elif command == "fork":                                                     # MD-15, MD-16, MD-21
@@ -517,7 +541,11 @@ def _csr_attention_table(k_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page
     k = np.asarray(k_pages)
     require(k.ndim == 4, f"k_pages must have rank 4 [P, page_size, Hkv, D], got shape {tuple(k.shape)}")
     P = int(k.shape[1])
-    indptr, _, _, _ = validate_csr(kv_indptr, kv_indices, kv_last_page_len, P)
+    indptr, indices, _, _ = validate_csr(kv_indptr, kv_indices, kv_last_page_len, P)
+    # checked here, on the argument the caller gave, before MD-5's conversion turns it into a block table
+    # whose own check would name `page_indices`, an argument this op does not have
+    check_index_range("kv_indices", indices, 0, int(k.shape[0]),
+                      f" (page ids index k_pages' {int(k.shape[0])} pages, MD-2, MD-23)")
     qo = int_input("qo_indptr", qo_indptr, 1, "[S+1]")
     S = indptr.shape[0] - 1
     require(qo.shape[0] == S + 1, f"qo_indptr must have shape [S+1] = ({S + 1},) like kv_indptr, got {tuple(qo.shape)}")

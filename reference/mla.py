@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .paged_attention import AttentionCall, ragged_paged_attention, validate_ragged_paged_attention
-from .validation import as_array, check_ndim, float_input, require
+from .validation import float_array, float_input, require
 
 __all__ = ["MLACall", "mla_paged_attention", "validate_mla_paged_attention"]
 
@@ -68,10 +68,9 @@ def mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indi
 
 
 def _rank3(name: str, x, layout: str) -> np.ndarray:
-    arr = as_array(name, x)
-    float_input(name, arr[:0])   # dtype rule (TypeError naming the argument) without upcasting the pool
-    check_ndim(name, arr, 3, layout)
-    return arr
+    # dtype rule (TypeError naming the argument) and rank, without upcasting the pool; the rank is checked
+    # on the array itself, so a 0-d input is a ValueError naming it rather than an IndexError
+    return float_array(name, x, 3, layout)
 
 
 def validate_mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices, cu_q_lens,

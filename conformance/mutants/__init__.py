@@ -23,7 +23,7 @@ class MutantInfo:
     clause: str        # the clause it violates (must be among the failing test's clauses)
     description: str
     max_size: int = 8  # the largest counterexample (tokens + sequences + heads) shrinking may leave
-    only_caught_by: str = ""   # if set: the op's tests whose id lacks it must all pass (e.g. "long")
+    only_caught_by: str = ""   # if set: the op's tests whose id lacks it must all pass (e.g. "long"; "a|b": either)
     diagnosis: str = ""        # if set: text some failure of the op must show (its diagnosis or message)
     replay_from: str = ""      # if set: replay the reproducer of the failing test whose id contains it
 

@@ -59,3 +59,24 @@ class NewTokensCountOne(Mutant):
         fixed = state.counts.copy()
         fixed[np.asarray(acc).shape[0]:] = 1
         return ScoreState(state.acc, fixed)
+
+
+#: candidates one selection step compares (the Triton kernel's _BLOCKS_J)
+SELECTION_TILE = 128
+
+
+@mutant(op="plan_eviction", clause="EV-10",
+        description="each evictable block ranked only against the first 128 candidates (a selection kernel whose "
+                    "compare loop never leaves its first tile): past 128 evictable blocks the wrong blocks go",
+        only_caught_by="long", max_size=1200)
+class SelectionRanksFirstTile(Mutant):
+    def plan_eviction(self, block_table, acc, counts, config):
+        reference.plan_eviction(block_table, acc, counts, config)   # EV-17 as given
+        B = config.block_size
+        first, stop = config.start_size // B, np.asarray(acc).shape[0] // B - config.recent_size // B
+        k = max(0, np.asarray(acc).shape[0] // B - config.max_cache_size // B)
+        beta = reference.block_scores(acc, counts, config)
+        cand = np.arange(first, stop)
+        tile = cand[:SELECTION_TILE]
+        rank = np.array([np.sum((beta[tile] < beta[i]) | ((beta[tile] == beta[i]) & (tile < i))) for i in cand])
+        return _plan_for(cand[rank < k], block_table, acc, counts, B)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvconform import reference
-from kvconform.reference.metadata import BlockTable, CsrPageTable
+from kvconform.reference.metadata import ArenaLayout, BlockTable, CsrPageTable
 
 from . import Mutant, mutant
 
@@ -144,3 +144,30 @@ class CsrLastPageTakenFull(Mutant):
         full = np.where(pages > 0, np.asarray(k_pages).shape[1], 0).astype(I32)
         return reference.ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, full,
                                                     **options)
+
+
+@mutant(op="append_slot_mapping", clause="MD-7",
+        description="a sequence's page list staged in a 64-entry buffer: logical page p // P is read at "
+                    "(p // P) % 64, so a new token past the 64th page is written into an earlier page's slot "
+                    "(the reach columns cross 64 pages: long with 130-page sequences, range to reach int32 lengths)",
+        only_caught_by="_reach", max_size=700)
+class PageListStagedIn64(Mutant):
+    def append_slot_mapping(self, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size):
+        reference.append_slot_mapping(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)   # MD-22
+        qo, indptr, last = (np.asarray(a, np.int64) for a in (qo_indptr, kv_indptr, kv_last_page_len))
+        indices = np.asarray(kv_indices, np.int64)
+        pages = np.diff(indptr)
+        kv_lens = np.where(pages > 0, (pages - 1) * page_size + last, 0)
+        slots = [int(indices[indptr[i] + (p // page_size) % 64]) * page_size + p % page_size
+                 for i in range(pages.shape[0]) for p in range(int(kv_lens[i] - (qo[i + 1] - qo[i])), int(kv_lens[i]))]
+        return np.array(slots, I32)
+
+
+@mutant(op="arena_layout", clause="MD-8",
+        description="byte offsets and sizes kept in int32: an arena past 2 GiB wraps to negative offsets",
+        only_caught_by="range")
+class ArenaOffsetsInt32(Mutant):
+    def arena_layout(self, nbytes, alignment, start=0):
+        lay = reference.arena_layout(nbytes, alignment, start)
+        wrap = [(np.asarray(v, np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31 for v in lay]
+        return ArenaLayout(*wrap)

@@ -10,7 +10,7 @@ from kvconform.reference.recurrent.reductions import ordered_sum
 from kvconform.reference.recurrent.slots import gather_rows, scatter_rows
 
 from . import Mutant, mutant
-from .recurrent import _final_rows, _restarted
+from .recurrent import _final_rows, _restarted, _spliced
 
 
 def _update_with_step(call, step):
@@ -25,8 +25,9 @@ def _update_with_step(call, step):
     return gd.GatedDeltaUpdate(out, scatter_rows(call.state, idx, final))
 
 
-def _chunked_with_step(call, step):
-    """`gated_delta_rule_chunked` run token by token with `step`."""
+def _chunked_with(call, piece, width: int):
+    """`gated_delta_rule_chunked` run `width` tokens at a time (never across sequences) with
+    `piece(S, q, k, v, g, beta, scale) -> (out, S)` on those tokens' arrays (leading token axis)."""
     idx, cu = call.state_indices, call.cu_seqlens
     start = gather_rows(call.state, idx, call.has_initial_state)
     qh, kh = gd._prepared_qk(call)
@@ -34,10 +35,19 @@ def _chunked_with_step(call, step):
     final = np.zeros_like(start)
     for s in np.flatnonzero(idx >= 0):
         S = start[s]
-        for t in range(int(cu[s]), int(cu[s + 1])):
-            out[t], S = step(S, qh[t], kh[t], call.v[t], call.g[t], call.beta[t], call.scale)
+        for t0 in range(int(cu[s]), int(cu[s + 1]), width):
+            t = slice(t0, min(t0 + width, int(cu[s + 1])))
+            out[t], S = piece(S, qh[t], kh[t], call.v[t], call.g[t], call.beta[t], call.scale)
         final[s] = S
     return gd.GatedDeltaScan(out, scatter_rows(call.state, idx, final))
+
+
+def _chunked_with_step(call, step):
+    """`gated_delta_rule_chunked` run token by token with the per-token `step`."""
+    def one_token(S, q, k, v, g, beta, scale):
+        out, S = step(S, q[0], k[0], v[0], g[0], beta[0], scale)
+        return out[None], S
+    return _chunked_with(call, one_token, 1)
 
 
 def _decay_after_write(S, q, k, v, g, beta, scale):
@@ -156,3 +166,58 @@ class GDNChunkCarryDropped(Mutant):
         pieces = reference.gated_delta_rule_chunked(q, k, v, g, beta, pool, cu_p, state_indices=idx,
                                                     has_initial_state=flags, **opts)
         return type(result)(pieces.out, _final_rows(result, pieces.state, call, of_seq))
+
+
+# --- reach (issue 27): bugs behind a size or value threshold the short columns never cross -------------
+
+def _chunk_split_decays(S, q, k, v, g, beta, scale):
+    """The chunk form of RS-33 with every decay exp(gam_i - gam_j) formed as exp(gam_i) * exp(-gam_j) in
+    float32: exp(-gam_j) overflows once the chunk's cumulative log gate passes -88.7 (inf * 0 = NaN)."""
+    n = q.shape[0]
+    gam = np.cumsum(g, axis=0).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        up = np.exp(gam).astype(np.float64)                        # exp(gam_i)
+        down = np.exp(-gam).astype(np.float64)                     # exp(-gam_j)
+        lower = np.tril(np.ones((n, n), dtype=bool))[:, :, None]
+        decay = np.where(lower, up[:, None, :] * down[None, :, :], 0.0)
+        kk = np.einsum("ihk,jhk->ijh", k, k)
+        strict = np.tril(np.ones((n, n), dtype=bool), -1)[:, :, None]
+        L = np.where(strict, beta[:, None, :] * decay * kk, 0.0)
+        rhs = beta[:, :, None] * (v - up[:, :, None] * np.einsum("hkv,ihk->ihv", S, k))
+        u = np.zeros_like(rhs)
+        for i in range(n):
+            u[i] = rhs[i] - np.einsum("jh,jhv->hv", L[i, :i], u[:i])
+        qk = np.einsum("ihk,jhk->ijh", q, k) * decay
+        out = scale * (up[:, :, None] * np.einsum("hkv,ihk->ihv", S, q) + np.einsum("ijh,jhv->ihv", qk, u))
+        w = up[-1][None, :] * down
+        S_end = up[-1][:, None, None] * S + np.einsum("jh,jhk,jhv->hkv", w, k, u)
+    return out, S_end
+
+
+@mutant(op="gated_delta_rule_chunked", clause="RS-33", only_caught_by="range", max_size=10,
+        description="chunk decays exp(gam_i - gam_j) formed as exp(gam_i) * exp(-gam_j) in float32: once a "
+                    "chunk's cumulative log gate passes -88.7, exp(-gam) overflows and the outputs become "
+                    "NaN / inf")
+class GDNDecaysSplitExp(Mutant):
+    def gated_delta_rule_chunked(self, q, k, v, g, beta, state, cu_seqlens, **kw):
+        call = reference.validate_gated_delta_rule_chunked(q, k, v, g, beta, state, cu_seqlens, **kw)
+        return _chunked_with(call, _chunk_split_decays, call.chunk_size)
+
+
+@mutant(op="gated_delta_rule_update", clause="RS-30", only_caught_by="long|_real", max_size=8,
+        description="key dims past 64 are never touched (fla's chunk_delta_h keeps the state in 64-key "
+                    "blocks b_h1 … b_h4, one per 64 keys; here the blocks past the first are missing): "
+                    "state rows k >= 64 unchanged, and they neither feed the delta nor the output")
+class GDNKeyBlockDropped(Mutant):
+    BLOCK = 64
+
+    def gated_delta_rule_update(self, q, k, v, g, beta, state, **kw):
+        call = reference.validate_gated_delta_rule_update(q, k, v, g, beta, state, **kw)
+        result = reference.gated_delta_rule_update(q, k, v, g, beta, state, **kw)
+        if np.shape(state)[2] <= self.BLOCK:
+            return result
+        head = slice(0, self.BLOCK)
+        opts = dict(kw, scale=call.scale)
+        part = reference.gated_delta_rule_update(np.asarray(q)[..., head], np.asarray(k)[..., head], v, g, beta,
+                                                 np.asarray(state)[:, :, head], **opts)
+        return gd.GatedDeltaUpdate(part.out, _spliced(state, (slice(None), slice(None), head), part.state))

@@ -69,3 +69,18 @@ class FreshRowTimesZero(Mutant):
             conv[fresh] = np.asarray(conv_pool)[fresh] * 0
             ssm[fresh] = np.asarray(ssm_pool)[fresh] * 0
         return right._replace(conv_pool=conv, ssm_pool=ssm)
+
+
+@mutant(op="recurrent_store_step", clause="RS-22", only_caught_by="range", max_size=20,
+        description="rows are moved through arithmetic (x + 0.0 with subnormals flushed to zero, as a kernel "
+                    "copying with FTZ math does) instead of as bits: -0.0 becomes +0.0 and subnormals 0")
+class StoreRowsThroughArithmetic(Mutant):
+    def recurrent_store_step(self, seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs):
+        out = reference.recurrent_store_step(seq_slot, seq_pos, conv_pool, ssm_pool, command, **kwargs)
+        pools = {}
+        for name in ("conv_pool", "ssm_pool"):
+            pool = np.asarray(getattr(out, name))
+            tiny = np.finfo(pool.dtype).tiny
+            with np.errstate(invalid="ignore"):
+                pools[name] = np.where(np.abs(pool) < tiny, 0.0, pool).astype(pool.dtype) + pool.dtype.type(0.0)
+        return out._replace(**pools)

@@ -67,10 +67,36 @@ class ReturnsInputWhenIdle(Mutant):
 @mutant(op="rotate_keys", clause="RO-13",
         description="LUT rows read through a fixed 4-row table: rows past 3 are clamped to 3, so a block behind "
                     "4+ evicted blocks is moved back by 3 blocks (the OpenVINO reference clamps the row to the "
-                    "LUT size); short deltas, all that a single call's test draws, stay right",
-        only_caught_by="evict_rotate_attend")
+                    "LUT size); the short rows of the base columns stay right: caught by the evict -> rotate -> "
+                    "attend machine (RO-13) and by the reach columns' far rows")
 class LutRowsClampedToFour(Mutant):
     def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw):
         # validated as given first: an out-of-range row must still be rejected (RO-12)
         reference.rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw)
         return reference.rotate_keys(k_pages, rotated_block_indices, np.minimum(rotation_deltas, 3), trig_lut, **kw)
+
+
+@mutant(op="rotate_keys", clause="NU-RO2",
+        description="trig LUT rounded to the cache's dtype before the pair update (a kernel that loads cos/sin "
+                    "in the key dtype): with a bfloat16 or float16 cache each coefficient carries that dtype's "
+                    "rounding, far more than float32 arithmetic does (issue 31's regression)")
+class LutRoundedToCacheDtype(Mutant):
+    def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw):
+        reference.rotate_keys(k_pages, rotated_block_indices, rotation_deltas, trig_lut, **kw)   # RO-12 as given
+        cache = np.asarray(k_pages).dtype
+        lut = np.asarray(trig_lut)
+        if cache.itemsize < lut.dtype.itemsize:
+            lut = lut.astype(cache)
+        return reference.rotate_keys(k_pages, rotated_block_indices, rotation_deltas, lut, **kw)
+
+
+@mutant(op="shift_keys", clause="RO-3",
+        description="token shifts converted to float32 before the float64 angle (a float32 position table): exact "
+                    "below 2^24, off by up to |delta| 2^-24 past it, a radian and more at int32 extremes",
+        only_caught_by="range")
+class ShiftThroughFloat32Positions(Mutant):
+    def shift_keys(self, k_pages, rotated_block_indices, position_deltas, **kw):
+        reference.shift_keys(k_pages, rotated_block_indices, position_deltas, **kw)   # RO-12 as given
+        rounded = np.asarray(position_deltas).astype(np.float32).astype(np.float64)
+        clipped = np.clip(rounded, -2.0 ** 31, 2.0 ** 31 - 1)   # fl32(2^31 - 1) = 2^31 leaves int32
+        return reference.shift_keys(k_pages, rotated_block_indices, clipped.astype(np.int64), **kw)

@@ -1,9 +1,13 @@
 """report.json (schema `kvconform.report/1`), report.md, report.html and junit.xml from results.jsonl, and merging.
 
 report.json keys: schema, suite_version, spec_version, created, platform, profile, seed, shard,
-backends {name: description with claims}, expectations {entries, unmatched}, summary {status: n},
-matrix [{backend, op, feature, counts, headroom}], layers [{backend, layer, counts}] (golden, differential,
-property, stateful, errors: harness.LAYERS), results [one record per test, see plugin.py].
+partial (null, or why the run did not run every test: interrupted, cut short by a full disk, or never
+finished), backends {name: description with claims}, expectations {entries, unmatched}, summary
+{status: n}, matrix [{backend, op, feature, counts, headroom}], layers [{backend, layer, counts}] (golden,
+differential, property, stateful, errors: harness.LAYERS), results [one record per test, see plugin.py].
+
+All four files are rendered from results.jsonl and run.json alone (`write_all`, `kvconform report DIR`),
+each written whole or not at all (outdir.write_atomic).
 """
 from __future__ import annotations
 
@@ -17,9 +21,16 @@ from pathlib import Path
 from kvconform import SPEC_VERSION, __version__
 
 from .. import expectations as expectations_mod
+from .. import outdir
+from ..backend_text import visible
 
 SCHEMA = "kvconform.report/1"
-STATUS_ORDER = ("fail", "crash", "error", "xpass", "xfail", "pass", "unclaimed-pass", "unsupported", "skip")
+STATUS_ORDER = ("fail", "crash", "flaky", "error", "xpass", "xfail", "pass", "unclaimed-pass", "unsupported",
+                "skip")
+#: statuses that fail a run
+FAILED = ("fail", "crash", "flaky", "error")
+#: statuses every report lists under its failures (an xpass: an expectations entry to remove)
+LISTED = FAILED + ("xpass",)
 
 
 class ReportError(ValueError):
@@ -38,13 +49,25 @@ def _platform() -> dict:
 
 def read_results(path: Path) -> list[dict]:
     records = {}
-    for line in Path(path).read_text().splitlines():
+    for line in Path(path).read_text(errors="replace").splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue          # a line cut short by a killed run
-        records[rec["id"]] = rec   # a resumed test replaces its earlier line
+        if isinstance(rec, dict) and "id" in rec and "status" in rec:
+            records[rec["id"]] = rec   # a resumed test replaces its earlier line
     return list(records.values())
+
+
+def partial(run: dict, recorded: int) -> str | None:
+    """Why the run's reports do not cover every test it was to run (run.json's status), or None."""
+    status = run.get("status")
+    if status in (None, "complete"):   # None: a run.json of an older kvconform, or a merged report
+        return None
+    if status == "running":
+        return (f"the run did not finish (killed, or still running): {recorded} results recorded; "
+                f"`kvconform run --resume` continues it")
+    return f"{run.get('stopped') or status}: {recorded} results recorded; `kvconform run --resume` continues it"
 
 
 def assemble(records: list[dict], *, backends: dict, run: dict) -> dict:
@@ -59,6 +82,7 @@ def assemble(records: list[dict], *, backends: dict, run: dict) -> dict:
         "profile": run.get("profile"),
         "seed": run.get("seed"),
         "shard": run.get("shard"),
+        "partial": partial(run, len(records)),
         "backends": backends,
         "expectations": {"entries": run.get("expectations", []),
                          "unmatched": [e.to_json() for e in expectations_mod.unmatched(entries, records)]},
@@ -133,11 +157,13 @@ def summary_lines(report: dict) -> list[str]:
     for r in report["results"]:
         if r["status"] == "crash" and "] crash: not run: " in (r.get("message") or ""):
             not_run[(r.get("backend"), r.get("op"))].append(r)
-        elif r["status"] in ("fail", "crash", "error", "xpass"):
+        elif r["status"] in LISTED:
+            rate = r.get("replays") if r["status"] == "flaky" else None
             lines.append(f"  {r['status'].upper()} {r.get('backend')} {r.get('op')} "
-                         f"[{' '.join(r.get('clauses', []))}] {r['id']}")
+                         f"[{' '.join(r.get('clauses', []))}] {r['id']}"
+                         + (f" (failed {rate['failed']} of {rate['replays']} replays)" if rate else ""))
             if r.get("repro"):
-                lines.append(f"    replay: kvconform replay {r['repro']}")
+                lines.append(f"    replay: kvconform replay {r['repro']} --backend {r.get('backend_spec')}")
     for (backend, op), records in not_run.items():
         reason = records[0]["message"].split("] crash: ", 1)[1]
         lines.append(f"  CRASH {backend} {op}: {len(records)} more tests recorded as crash without running "
@@ -146,7 +172,9 @@ def summary_lines(report: dict) -> list[str]:
         lines.append(f"  unmatched expectation ({e['source']}): {e['test']} [{e['backend']}]")
     for problem in unchecked(report):
         lines.append(f"  NOT CHECKED {problem}")
-    return lines
+    if report.get("partial"):
+        lines.append(f"  PARTIAL RUN: {report['partial']}")
+    return [visible(line) for line in lines]
 
 
 def unchecked(report: dict, ops: list[str] | None = None) -> list[str]:
@@ -178,7 +206,12 @@ def _load_backends(out: Path) -> list[dict]:
     """The description of every backend of the run (backends/<spec>.json, each with its `spec`)."""
     found = []
     for path in sorted((out / "backends").glob("*.json")) if (out / "backends").is_dir() else []:
-        desc = json.loads(path.read_text())
+        try:
+            desc = json.loads(path.read_text())
+        except (OSError, ValueError):   # half-written by a run cut short: its results keep their label
+            continue
+        if not isinstance(desc, dict):
+            continue
         desc.setdefault("name", desc.get("spec") or path.stem)
         found.append(desc)
     return found
@@ -197,18 +230,20 @@ def distinct_backends(records: list[dict], descriptions: list[dict]) -> tuple[li
     return relabelled, backends
 
 
-def write_all(out: Path, report: dict | None = None) -> dict:
-    """Render report.json, report.md, report.html and junit.xml in `out` (from results.jsonl unless given)."""
+def write_all(out: Path, report: dict | None = None, run: dict | None = None) -> dict:
+    """Render report.json, report.md, report.html and junit.xml in `out` (from results.jsonl, run.json
+    unless `run` is given, and backends/, unless `report` is given). Raises OSError (e.g. a full disk)
+    with every file either whole or as it was."""
     out = Path(out)
     if report is None:
-        run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
-        records, backends = distinct_backends(read_results(out / "results.jsonl"), _load_backends(out))
+        run = run if run is not None else (outdir.read_run(out) or {})
+        records, backends = distinct_backends(read_results(out / outdir.RESULTS), _load_backends(out))
         report = assemble(records, backends=backends, run=run)
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     from . import html, junit, markdown
-    (out / "report.md").write_text(markdown.render(report))
-    (out / "report.html").write_text(html.render(report))
-    (out / "junit.xml").write_text(junit.render(report))
+    outdir.write_atomic(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+    outdir.write_atomic(out / "report.md", markdown.render(report))
+    outdir.write_atomic(out / "report.html", html.render(report))
+    outdir.write_atomic(out / "junit.xml", junit.render(report))
     return report
 
 
@@ -244,4 +279,7 @@ def merge(reports: list[dict]) -> dict:
     run = {"profile": "+".join(sorted(p for p in profiles if p)) or None, "seed": reports[0].get("seed"),
            "shard": "merged " + ", ".join(str(r.get("shard")) for r in reports),
            "expectations": list(entries.values())}
-    return assemble(list(results.values()), backends=backends, run=run)
+    merged = assemble(list(results.values()), backends=backends, run=run)
+    partial = [f"shard {r.get('shard')}: {r['partial']}" for r in reports if r.get("partial")]
+    merged["partial"] = "; ".join(partial) or None   # a partial shard leaves the whole partial
+    return merged

@@ -1,7 +1,8 @@
 """report.html: one self-contained page (no scripts, no external resources).
 
-Every string from a result (backend messages, ids, counterexamples) goes through `html.escape`, and a
-Content-Security-Policy forbids scripts outright, so nothing a backend prints can inject markup.
+Every string from a result (backend messages, ids, counterexamples) goes through `html.escape` after its
+control characters are written as escapes (backend_text.visible), and a Content-Security-Policy forbids
+scripts outright, so nothing a backend prints can inject markup. A partial run says so in a banner.
 Error plots are inline SVG: headroom (error / allowed, log scale) per test, 1 = the tolerance line, and
 for each failed field its error / allowed along the elements (compare.py `FieldResult.profile`).
 """
@@ -10,9 +11,11 @@ from __future__ import annotations
 import html
 import math
 
-from .build import STATUS_ORDER, cell_status
+from ..backend_text import visible
+from .build import LISTED, STATUS_ORDER, cell_status
 
-COLOR = {"pass": "#2e7d32", "fail": "#c62828", "crash": "#6a1b9a", "error": "#c62828", "xfail": "#f9a825",
+COLOR = {"pass": "#2e7d32", "fail": "#c62828", "crash": "#6a1b9a", "flaky": "#ad1457", "error": "#c62828",
+         "xfail": "#f9a825",
          "xpass": "#ef6c00", "unsupported": "#9e9e9e", "unclaimed-pass": "#1565c0", "skip": "#bdbdbd"}
 
 CSS = """
@@ -25,7 +28,7 @@ pre{background:#f7f7f7;padding:.6em;overflow-x:auto;white-space:pre-wrap}
 
 
 def e(value) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(visible(value), quote=True)
 
 
 def badge(status: str) -> str:
@@ -181,7 +184,7 @@ def _profile_plot(field: dict) -> str:
 
 
 def _failures(report: dict) -> str:
-    bad = [r for r in report["results"] if r["status"] in ("fail", "crash", "error", "xpass", "xfail")]
+    bad = [r for r in report["results"] if r["status"] in LISTED + ("xfail",)]
     if not bad:
         return "<p>No failures.</p>"
     out = []
@@ -201,11 +204,17 @@ def _failures(report: dict) -> str:
                            f"{rows}</table>")
         out += [_profile_plot(f) for f in r.get("fields") or [] if f.get("profile")]
         out.append(f"<pre>{e(r.get('message', ''))}</pre>")
-        if r.get("traceback"):   # the message shows where it was raised; the whole traceback on demand
+        if r.get("traceback"):   # the message shows where it was raised; the traceback on demand
             out.append(f"<details class=traceback><summary>backend traceback</summary>"
                        f"<pre>{e(r['traceback'])}</pre></details>")
+        if r.get("output"):
+            out.append(f"<details class=output><summary>backend output ({e(format(r.get('output_bytes', 0), ','))} "
+                       f"bytes printed during the failing call)</summary><pre>{e(r['output'])}</pre></details>")
+        if r.get("failure_text"):
+            out.append(f"<p>whole message, traceback and output: <code>{e(r['failure_text'])}</code></p>")
         if r.get("repro"):
-            out.append(f"<p>replay: <code>kvconform replay {e(r['repro'])}</code></p>")
+            out.append(f"<p>replay: <code>kvconform replay {e(r['repro'])} --backend {e(r.get('backend_spec'))}"
+                       f"</code></p>")
         out.append("</div>")
     return "".join(out)
 
@@ -239,6 +248,8 @@ def render(report: dict) -> str:
 <h1>kvconform report</h1>
 <p>suite {e(report['suite_version'])}, spec {e(report['spec_version'])}, profile <b>{e(report.get('profile'))}</b>,
 created {e(report.get('created'))}, Python {e(report.get('platform', {}).get('python', ''))}</p>
+{('<p id="partial" style="background:#fff3e0;border-left:4px solid #ef6c00;padding:.5em"><b>Partial run:</b> '
+   + e(report['partial']) + '</p>') if report.get('partial') else ''}
 <div id="totals">{totals}</div>
 <h2>Matrix</h2>{_matrix(report)}
 {_layers(report)}

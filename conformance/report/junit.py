@@ -3,8 +3,10 @@
 pytest's own `--junitxml` holds only the tests of its last session: after `kvconform run --resume` that
 was the resumed part alone, while report.json had all results (and a killed run left none). Rendered from
 the same records as report.json, the two always agree. One `testcase` per result, with the properties
-`kvc_backend`, `kvc_op`, `kvc_layer`, `kvc_status`, `kvc_clauses`; fail and crash are `failure`, error is
-`error`, unsupported, skip and xfail are `skipped` (as pytest's xunit1 files had them).
+`kvc_backend`, `kvc_op`, `kvc_layer`, `kvc_status`, `kvc_clauses`; fail, crash and flaky are `failure`,
+error is `error`, unsupported, skip and xfail are `skipped` (as pytest's xunit1 files had them). A partial
+run (interrupted, cut short) adds a testcase `kvconform.run` with an `error` saying so, so that a CI
+reading only junit.xml cannot take it for a complete run. Control characters are written as escapes.
 """
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-OUTCOME = {"fail": "failure", "crash": "failure", "error": "error",
+from ..backend_text import visible
+
+OUTCOME = {"fail": "failure", "crash": "failure", "flaky": "failure", "error": "error",
            "unsupported": "skipped", "skip": "skipped", "xfail": "skipped"}
 
 #: characters XML 1.0 cannot hold (control characters of ANSI-coloured backend output, say)
@@ -20,7 +24,7 @@ _NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ff
 
 
 def _text(value) -> str:
-    return _NOT_XML.sub("?", str(value))
+    return _NOT_XML.sub("?", visible(value))
 
 
 def _names(test_id: str) -> tuple[str, str]:
@@ -53,6 +57,11 @@ def render(report: dict) -> str:
                        skipped=str(outcomes["skipped"]),
                        time=f"{sum(r.get('duration') or 0 for r in results):.3f}")
     suite.extend(_testcase(r) for r in results)
+    if report.get("partial"):
+        suite.set("tests", str(len(results) + 1))
+        suite.set("errors", str(outcomes["error"] + 1))
+        case = ET.SubElement(suite, "testcase", classname="kvconform", name="run", time="0")
+        ET.SubElement(case, "error", message=_text("partial run: " + report["partial"])).text = _text(report["partial"])
     root = ET.Element("testsuites", name="kvconform")
     root.append(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,18 +1,20 @@
 """report.md: a short Markdown summary, suited to a CI step summary.
 
 Every string from a result or a backend description (exception messages, backend names, test ids) goes
-through `_esc`: `&`, `<`, `>` HTML-escaped, so a backend printing `<!--` or `<script>` cannot hide the rest
-of a GitHub step summary, and `|` and newlines escaped, so it cannot break out of a table cell or a list
-item. Such text is never put in a code span (entities are not decoded there): `_code` is a `<code>`
-element around escaped text.
+through `_esc`: control characters written as escapes (`\x1b`, backend_text.visible), `&`, `<`, `>`
+HTML-escaped, so a backend printing `<!--` or `<script>` cannot hide the rest of a GitHub step summary,
+and `|` and newlines escaped, so it cannot break out of a table cell or a list item. Such text is never
+put in a code span (entities are not decoded there): `_code` is a `<code>` element around escaped text.
+A partial run (interrupted, cut short) says so first.
 """
 from __future__ import annotations
 
 import html
 
-from .build import STATUS_ORDER, cell_status
+from ..backend_text import visible
+from .build import LISTED, STATUS_ORDER, cell_status
 
-ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "error": "❌", "xfail": "🟡", "xpass": "⚠️",
+ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "flaky": "🎲", "error": "❌", "xfail": "🟡", "xpass": "⚠️",
         "unsupported": "—", "unclaimed-pass": "➕", "skip": "·"}
 
 
@@ -24,7 +26,7 @@ def _cell(counts: dict) -> str:
 
 def _esc(text) -> str:
     """Text safe in Markdown prose and table cells: HTML-escaped, `|` escaped, on one line."""
-    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return html.escape(visible(text), quote=False).replace("|", "\\|").replace("\n", " ")
 
 
 def _code(text) -> str:
@@ -39,6 +41,8 @@ def render(report: dict) -> str:
     lines = ["# kvconform report", "",
              f"suite {_esc(report['suite_version'])}, spec {_esc(report['spec_version'])}, profile "
              f"{_code(report['profile'])}, created {_esc(report['created'])}", ""]
+    if report.get("partial"):
+        lines += [f"**PARTIAL RUN:** {_esc(report['partial'])}", ""]
     from .build import counts_text, split_counts
     for backend, groups in (report.get("counts") or split_counts(report.get("results", []))).items():
         lines.append(f"**{_esc(backend)}:** numerical tests {counts_text(groups.get('numerical', {}))}; "
@@ -52,7 +56,7 @@ def render(report: dict) -> str:
     if report.get("layers"):
         lines += ["", "## Backends × test layers", "", "| backend | layer | result |", "|---|---|---|"]
         lines += [_row(c["backend"], c["layer"], _cell(c["counts"])) for c in report["layers"]]
-    bad = [r for r in report["results"] if r["status"] in ("fail", "crash", "error", "xpass")]
+    bad = [r for r in report["results"] if r["status"] in LISTED]
     if bad:
         lines += ["", "## Failures", ""]
         for r in bad:
@@ -73,6 +77,10 @@ def _failure(r: dict) -> list[str]:
         lines.append(f"  - {_esc(line[:300])}")
     if (r.get("diagnosis") or {}).get("summary"):
         lines.append(f"  - diagnosis: {_esc(r['diagnosis']['summary'][:400])}")
+    if r.get("output_bytes"):
+        lines.append(f"  - the backend printed {r['output_bytes']:,} bytes during the failing call")
+    if r.get("failure_text"):
+        lines.append(f"  - whole message, traceback and output: {_code(r['failure_text'])}")
     if r.get("repro"):
-        lines.append(f"  - replay: {_code('kvconform replay ' + r['repro'])}")
+        lines.append(f"  - replay: {_code('kvconform replay ' + r['repro'] + ' --backend ' + str(r.get('backend_spec')))}")
     return lines

@@ -19,12 +19,24 @@ Names (per op where they make sense; LIMITS lists which op reads which):
     max_kv_len      keys of one sequence;  max_num_seqs: sequences of a call;  max_pages: pool size
     dtype_pairs     [[activation dtype, KV/pool dtype], ...]: the pairs a kernel takes together
     num_shards      devices the KV heads are split over with `head_sharding` (PA-49)
+    recurrent       channels, width (conv); num_heads, head_dim (P, Mamba1: D), state_size (N), num_groups
+                    (G); num_qk_heads (Hk), key_dim (K), value_dim (V); seq_len (each packed sequence's
+                    length: {"min": 1} = no empty sequences)
+
+A claim may widen the draws as well as narrow them: when no size a column would draw satisfies the
+constraint, its own values (or its smallest multiples, or its minimum) are drawn instead, so a kernel
+that takes only state_size 128 gets every column at N = 128.
+
+Convention claims (backends/base.py CONVENTIONS, spec/recurrent.md RS-36 … RS-40) are limits too, with
+fixed values: padding_outputs "unspecified" (compare-only: padding rows' outputs are not compared),
+dt_softplus "always", required_inputs ["D", "dt_bias"], equal_key_value_dims true. `outside` judges a
+case against them through its params (dt_softplus, optional_inputs, key_dim / value_dim).
 """
 from __future__ import annotations
 
 import pytest
 
-from kvconform.backends.base import OpClaims
+from kvconform.backends.base import CONVENTIONS, OpClaims
 
 
 def admits(constraint, value: int) -> bool:
@@ -56,6 +68,8 @@ def allowed(claims: OpClaims, name: str, candidates, what: str = "", *, skip: bo
         if "multiple_of" in constraint:
             m = int(constraint["multiple_of"])
             extra += [m, 2 * m]
+        if "min" in constraint:
+            extra += [int(constraint["min"]), int(constraint["min"]) + 1]
         chosen = [c for c in extra if admits(constraint, c)]
     if not chosen and skip:
         pytest.skip(f"unsupported: no {what or name} within the claimed limit {name}={constraint!r}")
@@ -109,6 +123,10 @@ def dtype_pairs(claims: OpClaims, acts, kvs, what: str) -> list[tuple[str, str]]
 _PARAM_CLAIMS = {"dtype": "dtype", "kv_dtype": "kv_dtype", "page_size": "page_size", "head_dim": "head_dim",
                  "hq": "num_q_heads", "hkv": "num_kv_heads", "q_lens": "q_len", "kv_lens": "kv_len",
                  "num_seqs": "num_seqs", "num_pages": "num_pages"}
+# recurrent params are named as their claims (strategies/recurrent.py); `lengths` are the sequence lengths
+_PARAM_CLAIMS.update({k: k for k in ("channels", "width", "num_heads", "state_size", "num_groups", "num_qk_heads",
+                                     "key_dim", "value_dim", "dt_softplus", "optional_inputs")})
+_PARAM_CLAIMS.update(lengths="seq_len", seq_len="seq_len")
 #: space names of the size limits spelled differently in LIMITS
 _LIMIT_NAMES = {"kv_len": "max_kv_len", "num_seqs": "max_num_seqs", "num_pages": "max_pages"}
 
@@ -129,8 +147,10 @@ def outside(claims: OpClaims, space: dict) -> list[str]:
     num_seqs, num_pages); a list value must satisfy it element by element."""
     sets = {"dtype": claims.dtypes, "kv_dtype": claims.kv_dtypes, "page_size": claims.page_sizes,
             "head_dim": claims.head_dims}
-    reasons = []
+    reasons = _convention_reasons(claims, space)
     for key, value in space.items():
+        if key in CONVENTIONS:
+            continue
         allowed_values = sets.get(key)
         if allowed_values is not None and value not in allowed_values:
             reasons.append(f"does not claim {key}={value}")
@@ -147,3 +167,21 @@ def outside(claims: OpClaims, space: dict) -> list[str]:
         reasons.append(f"({space['dtype']}, {space['kv_dtype']}) is not a claimed dtype pair")
     return reasons
 
+
+
+def _convention_reasons(claims: OpClaims, space: dict) -> list[str]:
+    """Why `space` lies outside the claimed conventions (RS-37, RS-38, RS-40; padding_outputs only narrows
+    the comparison, never the cases)."""
+    limits = claims.limits
+    reasons = []
+    if limits.get("dt_softplus") == "always" and space.get("dt_softplus") is False:
+        reasons.append("dt_softplus=False is outside the claimed convention dt_softplus='always'")
+    required = set(limits.get("required_inputs") or ())
+    if required and "optional_inputs" in space and not required <= set(space["optional_inputs"]):
+        missing = sorted(required - set(space["optional_inputs"]))
+        reasons.append(f"optional inputs {missing} not given, outside the claimed required_inputs")
+    if limits.get("equal_key_value_dims") is True and "key_dim" in space and "value_dim" in space \
+            and space["key_dim"] != space["value_dim"]:
+        reasons.append(f"key_dim {space['key_dim']} != value_dim {space['value_dim']}, outside the claimed "
+                       f"equal_key_value_dims")
+    return reasons

@@ -2,7 +2,8 @@
 
 Ops: `causal_conv1d_update`, `selective_state_update` (Mamba1 and Mamba2), `ssd_chunked_scan`,
 `rwkv6_wkv`. Everything drawn stays inside the backend's claims: activation dtypes, pool dtypes
-(float32/float64 only, RS-6), features. Feature names (one features-matrix column each):
+(float32/float64 only, RS-6), features, size limits and conventions (constraints.py; spec/recurrent.md
+RS-36 … RS-41). Feature names (one features-matrix column each):
 
     state_indices   explicit, shuffled slot indices (RS-2); without it row b uses slot b
     padding_slots   -1 entries in state_indices (RS-3); needs state_indices too
@@ -12,21 +13,22 @@ Ops: `causal_conv1d_update`, `selective_state_update` (Mamba1 and Mamba2), `ssd_
     initial_states  has_initial_state with False rows over NaN/inf-filled slots (RS-5)
     snapshots       num_snapshots > 0 for ssd_chunked_scan (RS-19)
 
-The `long` columns of ssd_chunked_scan and rwkv6_wkv claim no feature: they draw sequences long enough to
-cross a kernel's chunk or window boundaries (RS-18: the chunking is a hint; state crosses every boundary),
-which the other columns (at most 4 tokens) never reach. SSD: lengths 0 … 20 with chunk_size hints
+Two columns of every op claim no feature and reach past what the others draw (recurrent_reach.py, spec
+section 6): `long` (sizes where kernels switch path: tiers `edges`, `rows`, `channels`, `state`, `tokens`,
+`heads`) and `range` (values at the thresholds the spec pins: softplus's linear region and far below 0,
+decays at and near 0 and 1, betas 0 and 1, grown states, float16 magnitudes). The `edges` tier of
+ssd_chunked_scan and rwkv6_wkv is the earlier long column: SSD lengths 0 … 20 with chunk_size hints
 (8, 16, 1, 3, 4), the first sequence 8 … 20 tokens, often on a chunk end (8, 9, 16, 17, 20, or a multiple
-of the hint: T == chunk_size). RWKV6: a first sequence of up to 70 tokens (65 … 70 cross a 64-token
-window; 8, 9, 16, 17, 64 sit on smaller ones' edges). Kernel tilings this targets: the Pallas SSD
-kernel's chunks of max(8, pow2(chunk_size)) <= 64 tokens, the Triton SSD kernel's BLOCK_Q of
-max(16, pow2(chunk_size)) <= 64, the Pallas RWKV6 kernel's windows of pow2(longest) clamped to [8, 64].
-Shapes stay small (H <= 4, P, N, K, V <= 2) and the tests run fewer examples (`LONG_BUDGET`): these
-calls cost more than the 4-token ones.
+of the hint: T == chunk_size); RWKV6 a first sequence of up to 70 tokens (65 … 70 cross a 64-token window;
+8, 9, 16, 17, 64 sit on smaller ones' edges). Kernel tilings it targets: the Pallas SSD kernel's chunks
+of max(8, pow2(chunk_size)) <= 64 tokens, the Triton SSD kernel's BLOCK_Q of max(16, pow2(chunk_size))
+<= 64, the Pallas RWKV6 kernel's windows of pow2(longest) clamped to [8, 64]. Shapes stay small
+(H <= 4, P, N, K, V <= 2) and the tier runs fewer examples (`LONG_BUDGET`).
 
 Poison (every don't-care location): pool rows no call addresses hold random data and whole NaN
 "canary" rows that must come back bit for bit (RS-4); the inputs of padding rows / padding sequences
 are NaN, since a padding row reads nothing (RS-3); rows of fresh sequences are NaN or +-inf (RS-5).
-Tested domain (spec/recurrent.md section 4): A < 0, dt' > 0 and moderate, RWKV w in (0, 1).
+Tested domain (spec/recurrent.md section 4): A <= 0, dt' >= 0, RWKV w in [0, 1].
 """
 from __future__ import annotations
 
@@ -46,6 +48,7 @@ from .. import tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened, without
 from . import constraints
+from . import recurrent_reach as reach
 from .values import floats, pick, sampled_from, seeds
 
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -57,51 +60,81 @@ SSD_LONG_EDGES = (9, 17, 16, 8, 20)           # one past / exactly at a chunk en
 RWKV_LONG_MAX = 70                            # crosses a 64-token window
 RWKV_LONG_EDGES = (9, 17, 8, 16, 64)          # smaller windows' edges; 65 … 70 drawn on their own
 LONG_REST_MAX = 20                            # the other sequences of a long case
-LONG_BUDGET = 0.4                             # share of the profile's examples for a long column
+LONG_BUDGET = 0.4                             # share of the profile's examples for the `edges` tier
 U_ACC = tolerance.U_ACC                       # NU-3: accumulation in float32 or wider
 C_R = 2.0                                     # NU-6: c_R
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One column of the features matrix: the options a differential test turns on."""
+    """One column of the features matrix: the options a differential test turns on; `reach` is "long"
+    (sizes past kernel thresholds) or "range" (values at the thresholds) for the two reach columns."""
     name: str
     features: tuple[str, ...]
     clauses: tuple[str, ...]
-    long: bool = False        # sequences that cross kernel chunk / window boundaries (module docstring)
+    reach: str = ""
+
+    @property
+    def long(self) -> bool:
+        return self.reach == "long"
+
+    @property
+    def range(self) -> bool:
+        return self.reach == "range"
 
     def __str__(self) -> str:
         return self.name
 
 
+def column(op: str, name: str) -> Variant:
+    """The column `name` of `op` (VARIANTS[op])."""
+    return next(v for v in VARIANTS[op] if v.name == name)
+
+
+def column_runs(op: str, variant: Variant) -> list[tuple[dict, float]]:
+    """(strategy keywords, budget) of each loop a differential test of `variant` runs: one per tier of a
+    long column (recurrent_reach.LONG_TIERS), one for the others."""
+    if variant.long:
+        return [(dict(tier=t), LONG_BUDGET if t == "edges" else reach.TIER_BUDGET) for t in reach.LONG_TIERS[op]]
+    return [({}, reach.RANGE_BUDGET if variant.range else 1.0)]
+
+
 _INDEXED = ("RS-2", "RS-4", "RS-7")
-_PADDED = ("RS-3", "RS-4")
+_PADDED = ("RS-3", "RS-4", "RS-36")
+_REACH = ("RS-41", "RS-42", "NU-R5")
+_RANGE = ("RS-43", "NU-R5")
 CONV_VARIANTS = (
     Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-10", "RS-11", "RS-12")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("multi_token", ("multi_token",), ("RS-10", "RS-11", "RS-12")),
+    Variant("long", (), ("RS-10", "RS-11", "RS-12") + _REACH, reach="long"),
+    Variant("range", (), ("RS-9", "RS-11", "RS-12") + _RANGE, reach="range"),
 )
 SSU_VARIANTS = (
-    Variant("mamba1", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-14", "RS-15")),
-    Variant("mamba2", ("mamba2",), ("RS-16",)),
+    Variant("mamba1", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-14", "RS-15", "RS-37", "RS-38")),
+    Variant("mamba2", ("mamba2",), ("RS-16", "RS-41")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
+    Variant("long", (), ("RS-15", "RS-16") + _REACH, reach="long"),
+    Variant("range", (), ("RS-9", "RS-14", "RS-15") + _RANGE, reach="range"),
 )
 SSD_VARIANTS = (
-    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-14", "RS-16", "RS-17", "RS-18")),
+    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-14", "RS-16", "RS-17", "RS-18", "RS-37", "RS-38", "RS-39")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
     Variant("snapshots", ("snapshots",), ("RS-19",)),
-    Variant("long", (), ("RS-17", "RS-18"), long=True),
+    Variant("long", (), ("RS-17", "RS-18") + _REACH, reach="long"),
+    Variant("range", (), ("RS-9", "RS-14", "RS-18") + _RANGE, reach="range"),
 )
 RWKV_VARIANTS = (
-    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-17", "RS-20")),
+    Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-17", "RS-20", "RS-39", "RS-40")),
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
-    Variant("long", (), ("RS-17", "RS-20"), long=True),
+    Variant("long", (), ("RS-17", "RS-20") + _REACH, reach="long"),
+    Variant("range", (), ("RS-20",) + _RANGE, reach="range"),
 )
 VARIANTS = {"causal_conv1d_update": CONV_VARIANTS, "selective_state_update": SSU_VARIANTS,
             "ssd_chunked_scan": SSD_VARIANTS, "rwkv6_wkv": RWKV_VARIANTS}
@@ -121,12 +154,19 @@ def _dtypes(draw, claims: OpClaims, variant: Variant) -> tuple[str, str]:
     return act, pool
 
 
-def _slots(draw, rows: int, variant: Variant) -> tuple[np.ndarray | None, int]:
+def conventions(claims: OpClaims) -> dict:
+    """The claimed conventions a comparison honours (RS-36), recorded in each case's params."""
+    return {"padding_outputs": "unspecified"} if claims.limits.get("padding_outputs") == "unspecified" else {}
+
+
+def _slots(draw, rows: int, variant: Variant, claims: OpClaims | None = None) -> tuple[np.ndarray | None, int]:
     """state_indices (None in the base column: row b uses slot b, RS-2) and num_slots.
 
     Indices are a random injection into the pool (shuffled and shifted, RS-2/RS-7); the padding column
-    puts at least one -1 among them (RS-3). Spare slots stay unaddressed, holding canaries (RS-4)."""
-    if "state_indices" not in variant.features:
+    puts at least one -1 among them (RS-3). Spare slots stay unaddressed, holding canaries (RS-4). Given
+    `claims` (the `rows` tiers: a decode batch of hundreds of rows), explicit indices where claimed."""
+    indexed = "state_indices" in variant.features or (claims is not None and "state_indices" in claims.features)
+    if not indexed:
         return None, rows + draw(st.integers(0, 1))
     pads = draw(st.integers(1, rows)) if "padding_slots" in variant.features else 0
     num_slots = rows - pads + draw(st.integers(1, 2))
@@ -176,36 +216,87 @@ def _positive(rng, shape, dtype, **kw):
     return np.abs(floats(rng, shape, dtype, **kw))
 
 
+def _heads_over(draw, claims: OpClaims, groups: int, name: str = "num_heads") -> int:
+    """A head count that is a multiple of `groups` (groups * {2, 1, 3}, shrinking to 2 per group), within
+    the claimed `name` limit: a claim's own values that `groups` divides when none of those qualifies."""
+    candidates = tuple(groups * m for m in (2, 1, 3))
+    if name not in claims.limits:
+        return draw(sampled_from(candidates))
+    chosen = [h for h in constraints.allowed(claims, name, candidates, name, skip=False) if h % groups == 0]
+    if not chosen:
+        values = claims.limits[name].get("values", ()) if isinstance(claims.limits[name], dict) else ()
+        chosen = [h for h in values if h % groups == 0]
+    if not chosen:
+        pytest.skip(f"unsupported: no claimed {name} is a multiple of {groups}")
+    return draw(sampled_from(tuple(chosen)))
+
+
 def _heads_groups(draw, claims: OpClaims) -> tuple[int, int]:
     # Shrinks towards G = 2, H = 4: the smallest shape where h // (H/G) and h % G differ (RS-16);
-    # G > 1 only where claimed (grouped_bc).
-    groups = draw(sampled_from((2, 1, 3))) if "grouped_bc" in claims.features else 1
-    return groups * draw(sampled_from((2, 1, 3))), groups
+    # G > 1 only where claimed (grouped_bc), and within a claimed num_groups limit (RS-41).
+    if "grouped_bc" in claims.features:
+        groups = draw(sampled_from(constraints.allowed(claims, "num_groups", (2, 1, 3), "num_groups")))
+    else:
+        groups = 1
+    return _heads_over(draw, claims, groups), groups
 
 
-def _ssm_options(draw, rng, heads_shape, token_shape, act, claims: OpClaims):
+def _ssm_options(draw, rng, heads_shape, token_shape, act, claims: OpClaims, *, softplus_first: bool = False):
     """D, z, dt_bias, dt_softplus of RS-14 … RS-16, each drawn on or off where claimed (features skip_d,
-    z_gate, dt_bias, dt_softplus)."""
+    z_gate, dt_bias, dt_softplus), within the conventions dt_softplus "always" (RS-37) and required_inputs
+    (RS-38: D / dt_bias always given, zeros where the feature is not claimed: exactly neutral).
+    `softplus_first`: the simplest draw has softplus on (the range column)."""
+    required = set(claims.limits.get("required_inputs") or ())
     kw = {}
-    if "skip_d" in claims.features and draw(st.booleans()):
+    if "skip_d" in claims.features and ("D" in required or draw(st.booleans())):
         kw["D"] = floats(rng, heads_shape, act)
+    elif "D" in required:
+        kw["D"] = np.zeros(heads_shape, dtypes.resolve_dtype(act))
     if "z_gate" in claims.features and draw(st.booleans()):
         kw["z"] = floats(rng, token_shape, act)
-    if "dt_bias" in claims.features and draw(st.booleans()):
+    if "dt_bias" in claims.features and ("dt_bias" in required or draw(st.booleans())):
         kw["dt_bias"] = _positive(rng, heads_shape, act, max_exp=-1)
-    kw["dt_softplus"] = "dt_softplus" in claims.features and draw(st.booleans())
+    elif "dt_bias" in required:
+        kw["dt_bias"] = np.zeros(heads_shape, dtypes.resolve_dtype(act))
+    if claims.limits.get("dt_softplus") == "always":
+        kw["dt_softplus"] = True
+    elif "dt_softplus" in claims.features:
+        kw["dt_softplus"] = draw(sampled_from((True, False))) if softplus_first else draw(st.booleans())
+    else:
+        kw["dt_softplus"] = False
     return kw
 
 
-def _lengths(draw, max_seqs: int, max_len: int, first=None) -> tuple[list[int], np.ndarray]:
-    """Sequence lengths in 0 … max_len. With a `first` strategy (the long columns) the first sequence's
-    length is drawn from it and the others are at most LONG_REST_MAX."""
+def _ssm_params(kw: dict) -> dict:
+    """The options of a case as params `outside` judges (RS-37, RS-38)."""
+    return dict(dt_softplus=bool(kw.get("dt_softplus")),
+                optional_inputs=sorted(n for n in ("D", "z", "dt_bias") if kw.get(n) is not None))
+
+
+def _lengths(draw, max_seqs: int, max_len: int, first=None, claims: OpClaims | None = None
+             ) -> tuple[list[int], np.ndarray]:
+    """Sequence lengths in 0 … max_len, within a claimed seq_len limit (RS-39). With a `first` strategy
+    (the long and range columns) the first sequence's length is drawn from it and the others are at most
+    LONG_REST_MAX."""
+    def lengths_in(lo, hi):
+        return st.integers(lo, hi) if claims is None else reach.length_strategy(claims, st.integers(lo, hi))
     if first is None:
-        lengths = draw(st.lists(st.integers(0, max_len), min_size=1, max_size=max_seqs))
+        lengths = draw(st.lists(lengths_in(0, max_len), min_size=1, max_size=max_seqs))
     else:
-        lengths = [draw(first)] + draw(st.lists(st.integers(0, min(max_len, LONG_REST_MAX)),
-                                                max_size=max_seqs - 1))
+        first = first if claims is None else reach.length_strategy(claims, first)
+        lengths = [draw(first)] + draw(st.lists(lengths_in(0, min(max_len, LONG_REST_MAX)), max_size=max_seqs - 1))
     cu = np.zeros(len(lengths) + 1, dtype=np.int32)
+    cu[1:] = np.cumsum(lengths)
+    return lengths, cu
+
+
+def _lead_and_long(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndarray]:
+    """The `tokens` tier: a short leader (so the long sequence starts mid-chunk of the packing) and a
+    sequence of 129 to a few thousand tokens (recurrent_reach.LONG_TOKENS[op])."""
+    lead = draw(reach.length_strategy(claims, sampled_from(reach.LEADERS)))
+    long_len = draw(reach.length_strategy(claims, sampled_from(reach.LONG_TOKENS[op])))
+    lengths = [lead, long_len]
+    cu = np.zeros(3, dtype=np.int32)
     cu[1:] = np.cumsum(lengths)
     return lengths, cu
 
@@ -228,97 +319,219 @@ def _padding_tokens(arrays: dict, cu, idx, names) -> list[PoisonRegion]:
             if name in arrays and cu[s + 1] > cu[s]]
 
 
+def _zero_live_rows(pool: np.ndarray, idx, rows: int) -> None:
+    """Sets the rows the call reads to exact zeros (the state of a sequence the store just placed, RS-22):
+    then a tiny dt' is the whole state, and its relative error shows."""
+    for slot in _live_rows(idx, rows):
+        if slot >= 0:
+            pool[int(slot)] = 0
+
+
 # --- strategies ------------------------------------------------------------------------------------
 
 @st.composite
-def conv_cases(draw, claims: OpClaims, variant: Variant):
-    """A `causal_conv1d_update` call (RS-10 … RS-12) within `claims`."""
+def conv_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
+    """A `causal_conv1d_update` call (RS-10 … RS-12) within `claims`; long tiers `rows` (a decode batch of
+    hundreds of rows) and `channels` (past a 256-channel block, widths 2 … 6); range: magnitudes up to
+    2^40 (float16: 2^13, all sums below 65504) with taps of total weight <= 1, silu far into saturation."""
     act, pool_dtype = _dtypes(draw, claims, variant)
-    rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 3)))
-    channels = draw(st.integers(1, 3))
-    width = draw(st.integers(max(1, int(claims.limits.get("min_width", 1))), 4))
-    steps = draw(st.integers(1, 3)) if "multi_token" in variant.features else None
-    idx, num_slots = _slots(draw, rows, variant)
+    max_rows = constraints.upper(claims, "max_num_seqs", 3)
+    min_width = max(1, int(claims.limits.get("min_width", 1)))
+    if tier == "rows":
+        rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
+        channels = reach.dim(draw, claims, "channels", 1, 2)
+        width = reach.dim(draw, claims, "width", max(min_width, 2), 4)
+    elif tier == "channels":
+        rows = draw(st.integers(1, min(2, max_rows)))
+        channels = reach.reach_dim(draw, claims, "channels", reach.CONV_CHANNELS)
+        width = reach.reach_dim(draw, claims, "width", tuple(w for w in reach.CONV_WIDTHS if w >= min_width))
+    elif variant.range:
+        rows = min(reach.RANGE_ROWS, max_rows)
+        channels = reach.dim(draw, claims, "channels", reach.RANGE_DIM, reach.RANGE_DIM)
+        width = reach.dim(draw, claims, "width", max(min_width, 4), max(min_width, 4))
+    else:
+        rows = draw(st.integers(1, max_rows))
+        channels = reach.dim(draw, claims, "channels", 1, 3)
+        width = reach.dim(draw, claims, "width", min_width, 4)
+    multi = "multi_token" in variant.features or (variant.reach and "multi_token" in claims.features)
+    steps = (2 if variant.range else draw(st.integers(1, 3))) if multi else None
+    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
     kw = {}
     use_bias = "bias" in claims.features and draw(st.booleans())
-    if "silu" in claims.features and draw(st.booleans()):
+    if "silu" in claims.features and draw(sampled_from((True, False)) if variant.range else st.booleans()):
         kw["activation"] = "silu"
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
-    x = floats(rng, (rows, channels) if steps is None else (rows, steps, channels), act)
-    weight = floats(rng, (channels, width), act)
+    shape = (rows, channels) if steps is None else (rows, steps, channels)
+    if variant.range:
+        # |out| <= max |x| + |bias| (taps sum to <= 1 in magnitude): representable in the activation dtype
+        x = reach.wide(rng, shape, act)
+        weight = floats(rng, (channels, width), act, max_exp=-4) / np.asarray(width, dtypes.resolve_dtype(act))
+        weight = weight.astype(dtypes.resolve_dtype(act))
+    else:
+        x = floats(rng, shape, act)
+        weight = floats(rng, (channels, width), act)
     if use_bias:
-        kw["bias"] = floats(rng, (channels,), act)
+        kw["bias"] = reach.wide(rng, (channels,), act) if variant.range else floats(rng, (channels,), act)
     conv_state, regions = _pool(rng, (num_slots, channels, width - 1), pool_dtype, idx, rows)
+    if variant.range:
+        conv_state = reach.wide(rng, conv_state.shape, pool_dtype, act=act)
     regions += _padding_rows(idx, ("x",), {"x": x})
     if idx is not None:
         kw["state_indices"] = idx
     inputs = dict(x=x, conv_state=conv_state, weight=weight, **kw)
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows * (steps or 1), width=width,
-                  channels=channels, num_slots=num_slots, variant=variant.name)
+                  channels=channels, num_slots=num_slots, variant=variant.name, **conventions(claims))
+    if tier:
+        params["tier"] = tier
     return Case("causal_conv1d_update", inputs, params, seed, poison=_named(regions, "conv_state"))
 
 
+#: value regimes of the SSM range columns (the first is the simplest draw)
+SSM_RANGE_REGIMES = ("softplus_linear", "softplus_negative", "softplus_threshold", "decays", "grown")
+
+
+def _ssm_range_values(rng, regime: str, dt_shape, a_shape, act: str, softplus: bool):
+    """dt (raw, before dt_bias and softplus) and A of one SSM range regime (recurrent_reach RANGE_*):
+    dt' far into softplus's linear region (decays that underflow), tiny dt' (log1p, not log(1 + exp)),
+    around the threshold, decays at exactly 1 (A = 0) and near 0 (A = -16, Mamba's largest -exp(A_log)),
+    or ordinary steps on grown states. Without softplus dt' = dt: the negative regime draws tiny dt
+    instead (dt' >= 0 is the tested domain, section 4)."""
+    A = -_positive(rng, a_shape, act, max_exp=0)
+    if regime == "softplus_linear":
+        dt = reach.choice(rng, dt_shape, reach.dt_linear(act), act)
+    elif regime == "softplus_negative":
+        dt = reach.choice(rng, dt_shape, reach.RANGE_DT_NEGATIVE if softplus else (2.0 ** -30, 2.0 ** -40, 0.0), act)
+    elif regime == "softplus_threshold":
+        dt = reach.choice(rng, dt_shape, reach.RANGE_DT_THRESHOLD, act)
+    elif regime == "decays":
+        dt = _positive(rng, dt_shape, act, max_exp=0)
+        A = reach.choice(rng, a_shape, (0.0, -16.0, -2.0 ** -20, -1.0), act)
+    else:   # grown: small steps with decays near 1 on states of 2^10 … 2^20 (drawn by the caller)
+        dt = _positive(rng, dt_shape, act, min_exp=-10, max_exp=-6)
+        A = reach.choice(rng, a_shape, (-2.0 ** -10, -2.0 ** -6, 0.0), act)
+    return dt, A
+
+
 @st.composite
-def ssu_cases(draw, claims: OpClaims, variant: Variant):
+def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     """A `selective_state_update` call (RS-14 … RS-16): Mamba1, or Mamba2 in the mamba2 column (and in
-    the indexed columns when claimed)."""
+    the indexed and reach columns when claimed). Long tiers: `state` (N past 128), `rows` (a decode batch
+    of hundreds of rows); range: SSM_RANGE_REGIMES."""
     act, pool_dtype = _dtypes(draw, claims, variant)
     mamba2 = "mamba2" in variant.features or (
-        variant.features and "mamba2" in claims.features and draw(st.booleans()))
-    rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 3)))
-    n = draw(st.integers(1, 3))
-    idx, num_slots = _slots(draw, rows, variant)
+        variant.features and "mamba2" in claims.features and draw(st.booleans())) or (
+        variant.reach and "mamba2" in claims.features and draw(st.booleans()))
+    max_rows = constraints.upper(claims, "max_num_seqs", 3)
+    fixed = variant.range                      # range cases: fixed small shapes (recurrent_reach.RANGE_*)
+    if tier == "rows":
+        rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
+    elif fixed:
+        rows = min(reach.RANGE_ROWS, max_rows)
+    else:
+        rows = draw(st.integers(1, min(2, max_rows) if tier else max_rows))
+    if tier == "state":
+        n = reach.reach_dim(draw, claims, "state_size", reach.STATE_SIZES)
+    elif fixed:
+        n = reach.dim(draw, claims, "state_size", reach.RANGE_DIM, reach.RANGE_DIM)
+    else:
+        n = reach.dim(draw, claims, "state_size", 1, 3 if not tier else 2)
+    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
+    regime = draw(sampled_from(SSM_RANGE_REGIMES)) if variant.range else ""
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     if mamba2:
-        heads, groups = _heads_groups(draw, claims)
-        p = draw(st.integers(1, 2))
+        if tier or fixed:
+            groups = 1
+            heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else (
+                reach.RANGE_HEADS if fixed else 1 if tier == "rows" else draw(st.integers(1, 2)))
+        else:
+            heads, groups = _heads_groups(draw, claims)
+        p = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2)))
         state_shape, tok, hs, bc = (num_slots, heads, p, n), (rows, heads, p), (heads,), (rows, groups, n)
         dt_shape = (rows, heads)
     else:
-        dim = draw(st.integers(1, 4))
+        dim = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2 if tier else 4)))
         heads, groups, p = 1, 1, dim
         state_shape, tok, hs, bc = (num_slots, dim, n), (rows, dim), (dim,), (rows, n)
         dt_shape = (rows, dim)
-    kw = _ssm_options(draw, rng, hs, tok, act, claims)
+    kw = _ssm_options(draw, rng, hs, tok, act, claims, softplus_first=variant.range)
     x = floats(rng, tok, act)
-    dt = _positive(rng, dt_shape, act, max_exp=0)
-    A = -_positive(rng, hs if mamba2 else (heads * p, n), act, max_exp=0)
+    a_shape = hs if mamba2 else (heads * p, n)
+    if variant.range:
+        dt, A = _ssm_range_values(rng, regime, dt_shape, a_shape, act, kw["dt_softplus"])
+    else:
+        dt = _positive(rng, dt_shape, act, max_exp=0)
+        A = -_positive(rng, a_shape, act, max_exp=0)
     B = floats(rng, bc, act)
     C = floats(rng, bc, act)
     state, regions = _pool(rng, state_shape, pool_dtype, idx, rows)
+    if regime == "softplus_negative":
+        _zero_live_rows(state, idx, rows)
+    elif regime == "grown":
+        lo, hi = reach.grown_exponents(act)
+        state = floats(rng, state_shape, pool_dtype, min_exp=lo, max_exp=hi)
     regions += _padding_rows(idx, ("x", "dt", "B", "C", "z"), dict(x=x, dt=dt, B=B, C=C, z=kw.get("z")))
     if idx is not None:
         kw["state_indices"] = idx
     inputs = dict(state=state, x=x, dt=dt, A=A, B=B, C=C, **kw)
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows, mamba2=bool(mamba2),
-                  heads=heads, groups=groups, p=p, n=n, num_slots=num_slots, variant=variant.name)
+                  num_heads=heads, num_groups=groups, head_dim=p, state_size=n, num_slots=num_slots,
+                  variant=variant.name, **_ssm_params(kw), **conventions(claims))
+    if tier or regime:
+        params["tier" if tier else "regime"] = tier or regime
     return Case("selective_state_update", inputs, params, seed, poison=_named(regions, "state"))
 
 
 @st.composite
 def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4,
-              chunk_size: int | None = None):
-    """An `ssd_chunked_scan` call (RS-17 … RS-19): varlen with empty sequences, chunk sizes 1 … 64."""
+              chunk_size: int | None = None, tier: str = ""):
+    """An `ssd_chunked_scan` call (RS-17 … RS-19): varlen with empty sequences, chunk sizes 1 … 64. Long
+    tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a short
+    leader, hints 16 … 256, decays near 1), `state` (N past 128); range: SSM_RANGE_REGIMES over one
+    sequence of RANGE_TOKENS tokens (one chunk)."""
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
-    if variant.long:
+    tier = tier or ("edges" if variant.long else "")
+    regime = ""
+    if tier == "edges":
         # The hint first, so that the first length may be a multiple of it ("T == chunk_size").
         chunk = chunk_size or draw(sampled_from(LONG_CHUNK_SIZES))
         # The first sequence crosses at least one 8-token chunk end; shrinks towards 9 tokens.
         multiples = tuple(chunk * i for i in range(1, SSD_LONG_MAX // chunk + 1) if chunk * i >= 8)
         edges = SSD_LONG_EDGES + tuple(m for m in multiples if m not in SSD_LONG_EDGES)
         lengths, cu = _lengths(draw, min(max_seqs, 2), SSD_LONG_MAX,
-                               st.one_of(st.sampled_from(edges), st.integers(9, SSD_LONG_MAX)))
-        groups = draw(sampled_from((1, 2)))
-        heads = groups * draw(sampled_from((1, 2)))
-        p, n = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+                               st.one_of(st.sampled_from(edges), st.integers(9, SSD_LONG_MAX)), claims)
+        groups = draw(sampled_from(constraints.allowed(claims, "num_groups", (1, 2), "num_groups"))) \
+            if "grouped_bc" in claims.features else 1
+        heads = _heads_over(draw, claims, groups) if "num_heads" in claims.limits \
+            else groups * draw(sampled_from((1, 2)))
+        p, n = reach.dim(draw, claims, "head_dim", 1, 2), reach.dim(draw, claims, "state_size", 1, 2)
+    elif tier in ("tokens", "state"):
+        if tier == "tokens":
+            lengths, cu = _lead_and_long(draw, claims, "ssd_chunked_scan")
+            chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
+            n = reach.dim(draw, claims, "state_size", 1, 2)
+        else:
+            lengths, cu = _lengths(draw, 1, 20, st.integers(9, 20), claims)
+            chunk = chunk_size or draw(sampled_from((16, 8, 64)))
+            n = reach.reach_dim(draw, claims, "state_size", reach.STATE_SIZES)
+        groups = 1
+        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else 1
+        p = reach.dim(draw, claims, "head_dim", 1, 2)
+    elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
+        lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
+        regime = draw(sampled_from(SSM_RANGE_REGIMES))
+        groups = 1
+        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else reach.RANGE_HEADS
+        p = reach.dim(draw, claims, "head_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+        n = reach.dim(draw, claims, "state_size", reach.RANGE_DIM, reach.RANGE_DIM)
+        chunk = chunk_size or reach.RANGE_TOKENS
     else:
-        lengths, cu = _lengths(draw, max_seqs, max_len)
+        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
         heads, groups = _heads_groups(draw, claims)
-        p = draw(st.integers(1, 2))
-        n = draw(st.integers(1, 3))
+        p = reach.dim(draw, claims, "head_dim", 1, 2)
+        n = reach.dim(draw, claims, "state_size", 1, 3)
         chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     seqs, tokens = len(lengths), int(cu[-1])
     idx, num_slots = _slots(draw, seqs, variant)
@@ -326,15 +539,29 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
-    kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims)
-    arrays = dict(x=floats(rng, (tokens, heads, p), act), dt=_positive(rng, (tokens, heads), act, max_exp=0),
+    kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims, softplus_first=variant.range)
+    if regime:
+        dt, A = _ssm_range_values(rng, regime, (tokens, heads), (heads,), act, kw["dt_softplus"])
+    elif tier == "tokens":
+        # decays near 1 (|dt' A| <= 2.6 * 2^-8 per token): the state grows over hundreds of tokens
+        dt = _positive(rng, (tokens, heads), act, min_exp=-4, max_exp=0)
+        A = (-np.exp2(rng.uniform(-10, -8, size=(heads,)))).astype(dtypes.resolve_dtype(act))
+    else:
+        dt = _positive(rng, (tokens, heads), act, max_exp=0)
+        A = -_positive(rng, (heads,), act, max_exp=0)
+    arrays = dict(x=floats(rng, (tokens, heads, p), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1),
+                  dt=dt,
                   B=floats(rng, (tokens, groups, n), act), C=floats(rng, (tokens, groups, n), act))
     if "z" in kw:
         arrays["z"] = kw.pop("z")
     state, regions = _pool(rng, (num_slots, heads, p, n), pool_dtype, idx, seqs,
                            None if has_initial is None else ~has_initial)
+    if regime == "softplus_negative":
+        _zero_live_rows(state, idx, seqs)
+    elif regime == "grown":
+        lo, hi = reach.grown_exponents(act)
+        state[...] = floats(rng, state.shape, pool_dtype, min_exp=lo, max_exp=hi)
     regions += _padding_tokens(arrays, cu, idx, ("x", "dt", "B", "C", "z"))
-    A = -_positive(rng, (heads,), act, max_exp=0)
     if idx is not None:
         kw["state_indices"] = idx
     if has_initial is not None:
@@ -343,34 +570,78 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         kw["num_snapshots"] = snaps
     inputs = dict(state=state, A=A, cu_seqlens=cu, chunk_size=chunk, **arrays, **kw)
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
-                  heads=heads, groups=groups, p=p, n=n, chunk_size=chunk, num_slots=num_slots,
-                  num_snapshots=snaps, variant=variant.name)
+                  num_heads=heads, num_groups=groups, head_dim=p, state_size=n, chunk_size=chunk,
+                  num_slots=num_slots, num_snapshots=snaps, variant=variant.name,
+                  **_ssm_params(dict(kw, z=arrays.get("z"))), **conventions(claims))
+    if tier or regime:
+        params["tier" if tier else "regime"] = tier or regime
     return Case("ssd_chunked_scan", inputs, params, seed, poison=_named(regions, "state"))
 
 
+#: value regimes of the RWKV6 range column (the first is the simplest draw)
+RWKV_RANGE_REGIMES = ("strong_decays", "weak_decays", "reset_and_keep")
+
+
 @st.composite
-def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4):
-    """A `rwkv6_wkv` call (RS-20): varlen with empty sequences, w in (0, 1)."""
+def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4, tier: str = ""):
+    """A `rwkv6_wkv` call (RS-20): varlen with empty sequences, w in (0, 1). Long tiers: `edges` (the
+    default of a long column), `tokens` (hundreds to thousands of tokens after a short leader, decays near
+    1), `heads` (K, V of real RWKV-6 heads, 64, and past it); range: RWKV_RANGE_REGIMES (log decays
+    -50 … -1e-6, decays exactly 0 and 1)."""
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
-    if variant.long:
+    tier = tier or ("edges" if variant.long else "")
+    regime = draw(sampled_from(RWKV_RANGE_REGIMES)) if variant.range else ""
+    if tier == "edges":
         # A third of the first sequences cross the 64-token window; shrinks towards 9 tokens.
         lengths, cu = _lengths(draw, min(max_seqs, 2), RWKV_LONG_MAX,
                                st.one_of(st.sampled_from(RWKV_LONG_EDGES), st.integers(65, RWKV_LONG_MAX),
-                                         st.integers(0, RWKV_LONG_MAX)))
+                                         st.integers(0, RWKV_LONG_MAX)), claims)
+    elif tier == "tokens":
+        lengths, cu = _lead_and_long(draw, claims, "rwkv6_wkv")
+    elif tier == "heads":
+        lengths, cu = _lengths(draw, 1, 20, st.integers(1, 20), claims)
+    elif variant.range:     # fixed small shapes (recurrent_reach.RANGE_*)
+        lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
     else:
-        lengths, cu = _lengths(draw, max_seqs, max_len)
+        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
     seqs, tokens = len(lengths), int(cu[-1])
-    heads = draw(st.integers(1, 2))
-    dk = draw(st.integers(1, 2 if variant.long else 3))
-    dv = draw(st.integers(1, 2 if variant.long else 3))
+    if "num_heads" in claims.limits:
+        heads = _heads_over(draw, claims, 1)
+    elif tier in ("heads", "tokens") or variant.range:
+        heads = 1
+    else:
+        heads = draw(st.integers(1, 2))
+    if variant.range:
+        dk = reach.dim(draw, claims, "key_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+        dv = reach.dim(draw, claims, "value_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+    elif tier == "heads":
+        dk = reach.reach_dim(draw, claims, "key_dim", reach.RWKV_HEAD_DIMS)
+        dv = reach.reach_dim(draw, claims, "value_dim", reach.RWKV_HEAD_DIMS)
+    else:
+        small = 2 if tier else 3
+        dk, dv = reach.dim(draw, claims, "key_dim", 1, small), reach.dim(draw, claims, "value_dim", 1, small)
+    if claims.limits.get("equal_key_value_dims") is True:
+        dv = dk
     idx, num_slots = _slots(draw, seqs, variant)
     has_initial = _fresh(draw, seqs, variant)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
-    arrays = dict(r=floats(rng, (tokens, heads, dk), act), k=floats(rng, (tokens, heads, dk), act),
-                  v=floats(rng, (tokens, heads, dv), act),
-                  w=_positive(rng, (tokens, heads, dk), act, min_exp=-3, max_exp=-1))
+    if tier == "tokens":
+        w = np.exp(reach.near_one_log(rng, (tokens, heads, dk))).astype(dtypes.resolve_dtype(act))
+    elif regime == "strong_decays":
+        w = np.exp(reach.choice(rng, (tokens, heads, dk), reach.RANGE_LOG_DECAYS, "float64")).astype(
+            dtypes.resolve_dtype(act))
+    elif regime == "weak_decays":
+        w = np.exp(reach.choice(rng, (tokens, heads, dk), (-1e-6, -1e-4, -1e-8), "float64")).astype(
+            dtypes.resolve_dtype(act))
+    elif regime == "reset_and_keep":
+        w = reach.choice(rng, (tokens, heads, dk), (0.0, 1.0, 0.5), act)
+    else:
+        w = _positive(rng, (tokens, heads, dk), act, min_exp=-3, max_exp=-1)
+    arrays = dict(r=floats(rng, (tokens, heads, dk), act),
+                  k=floats(rng, (tokens, heads, dk), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1),
+                  v=floats(rng, (tokens, heads, dv), act), w=w)
     regions = _padding_tokens(arrays, cu, idx, ("r", "k", "v", "w"))
     kw = {}
     if idx is not None:
@@ -382,7 +653,10 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     regions = pool_regions + regions
     inputs = dict(**arrays, u=floats(rng, (heads, dk), act), state=state, cu_seqlens=cu, **kw)
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
-                  heads=heads, k=dk, v=dv, num_slots=num_slots, variant=variant.name)
+                  num_heads=heads, key_dim=dk, value_dim=dv, num_slots=num_slots, variant=variant.name,
+                  **conventions(claims))
+    if tier or regime:
+        params["tier" if tier else "regime"] = tier or regime
     return Case("rwkv6_wkv", inputs, params, seed, poison=_named(regions, "state"))
 
 
@@ -444,6 +718,16 @@ def _split(expected: dict, actual: dict, name: str, part: str, mask, live, rest)
     return {name: (live, mask), derived: (rest, ~mask)}
 
 
+def _output_checks(case: Case, expected: dict, actual: dict, name: str, mask, live: tolerance.Tolerance,
+                   out_dtype: str) -> dict:
+    """`name` within `live` on the rows of live rows / sequences (`mask`); padding rows exactly 0.0 (RS-3),
+    or not compared at all under the claimed convention padding_outputs "unspecified" (RS-36: the pool
+    is still checked untouched for them, `_pool_checks`)."""
+    if case.params.get("padding_outputs") == "unspecified":
+        return {name: (live, mask)}
+    return _split(expected, actual, name, "padding", mask, live, _zero(out_dtype, "padding outputs"))
+
+
 def _pool_checks(expected, actual, name, slots, written: tolerance.Tolerance) -> dict:
     """Written rows (the non-negative `slots`) within `written`; every other row exact (RS-4)."""
     mask = np.zeros(np.shape(expected[name]), dtype=bool)
@@ -473,9 +757,8 @@ def conv_checks(case: Case, expected: dict, actual: dict) -> dict:
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[live] = True
     out_dtype = required_out_precision(x, "x")
-    checks = _split(expected, actual, "out", "padding", mask,
-                    class_r(out_dtype, n, M, "conv output"),
-                    _zero(out_dtype, "padding outputs"))
+    checks = _output_checks(case, expected, actual, "out", mask, class_r(out_dtype, n, M, "conv output"),
+                            out_dtype)
     checks["conv_state"] = (tolerance.exact("NU-R1 class E: conv windows are copies of inputs (RS-12)"), None)
     return checks
 
@@ -501,9 +784,8 @@ def ssu_checks(case: Case, expected: dict, actual: dict) -> dict:
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[live] = True
     out_dtype = required_out_precision(x, "x")
-    checks = _split(expected, actual, "out", "padding", mask,
-                    class_r(out_dtype, n_state + 1, M_out, "SSU output"),
-                    _zero(out_dtype, "padding outputs"))
+    checks = _output_checks(case, expected, actual, "out", mask,
+                            class_r(out_dtype, n_state + 1, M_out, "SSU output"), out_dtype)
     pool_dtype = dtypes.dtype_name(x["state"].dtype)
     checks.update(_pool_checks(expected, actual, "state", slots,
                                class_r(pool_dtype, 2, M_state, "SSU state")))
@@ -562,10 +844,9 @@ def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
     mask[token_live] = True
     out_dtype = required_out_precision(x, "x")
     token_seq = np.repeat(np.arange(seqs), lengths)
-    checks = _split(expected, actual, "out", "padding", mask,
-                    class_r(out_dtype, _per_sequence(n_seq + 1, token_seq, np.ndim(expected["out"])), M_out,
-                            "SSD output"),
-                    _zero(out_dtype, "padding outputs"))
+    checks = _output_checks(case, expected, actual, "out", mask,
+                            class_r(out_dtype, _per_sequence(n_seq + 1, token_seq, np.ndim(expected["out"])), M_out,
+                                    "SSD output"), out_dtype)
     pool_dtype = dtypes.dtype_name(x["state"].dtype)
     checks.update(_pool_checks(expected, actual, "state", slots,
                                class_r(pool_dtype, _slot_n(n_seq, slots, x["state"]), M_state, "SSD state")))
@@ -578,12 +859,13 @@ def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
                 live[s, :lengths[s] + 1] = True
             else:
                 pad[s] = True
-        expected["snapshots[padding]"] = expected["snapshots"]
-        if "snapshots" in actual:
-            actual["snapshots[padding]"] = actual["snapshots"]
         checks["snapshots"] = (class_r(pool_dtype, _per_sequence(n_seq, np.arange(seqs), len(snaps)), M_state,
                                        "SSD snapshots"), live)
-        checks["snapshots[padding]"] = (_zero(pool_dtype, "padding snapshots"), pad)
+        if case.params.get("padding_outputs") != "unspecified":      # RS-36: snapshots are outputs too
+            expected["snapshots[padding]"] = expected["snapshots"]
+            if "snapshots" in actual:
+                actual["snapshots[padding]"] = actual["snapshots"]
+            checks["snapshots[padding]"] = (_zero(pool_dtype, "padding snapshots"), pad)
     return checks
 
 
@@ -601,10 +883,9 @@ def rwkv_checks(case: Case, expected: dict, actual: dict) -> dict:
     mask[token_live] = True
     out_dtype = required_out_precision(x, "r")
     token_seq = np.repeat(np.arange(seqs), lengths)
-    checks = _split(expected, actual, "out", "padding", mask,
-                    class_r(out_dtype, _per_sequence(n_seq, token_seq, np.ndim(expected["out"])), M_out,
-                            "RWKV6 output"),
-                    _zero(out_dtype, "padding outputs"))
+    checks = _output_checks(case, expected, actual, "out", mask,
+                            class_r(out_dtype, _per_sequence(n_seq, token_seq, np.ndim(expected["out"])), M_out,
+                                    "RWKV6 output"), out_dtype)
     pool_dtype = dtypes.dtype_name(x["state"].dtype)
     checks.update(_pool_checks(expected, actual, "state", slots,
                                class_r(pool_dtype, _slot_n(n_seq, slots, x["state"]), M_state, "RWKV6 state")))
@@ -613,6 +894,60 @@ def rwkv_checks(case: Case, expected: dict, actual: dict) -> dict:
 
 CHECKS = {"causal_conv1d_update": conv_checks, "selective_state_update": ssu_checks,
           "ssd_chunked_scan": ssd_checks, "rwkv6_wkv": rwkv_checks}
+
+
+# --- what a case uses (conformance/goldens.py) ------------------------------------------------------
+
+_OPTIONAL_FEATURES = (("D", "skip_d"), ("z", "z_gate"), ("dt_bias", "dt_bias"))
+
+
+def uses(case: Case) -> tuple[set, dict]:
+    """The features a recurrent case uses (FEATURES names of backends/base.py) and its claim space: the
+    dtypes, sizes (claim names of constraints.py) and conventions `outside` judges, read off its inputs."""
+    x, op = case.inputs, case.op
+    features, space = set(), {}
+    idx = x.get("state_indices")
+    if idx is not None:
+        features.add("state_indices")
+        if (np.asarray(idx) < 0).any():
+            features.add("padding_slots")
+    if x.get("has_initial_state") is not None:
+        features.add("initial_states")
+    if "cu_seqlens" in x:
+        space["seq_len"] = [int(n) for n in np.diff(np.asarray(x["cu_seqlens"]))]
+    name = dtypes.dtype_name
+    if op == "causal_conv1d_update":
+        features |= {f for f, on in (("multi_token", np.ndim(x["x"]) == 3), ("bias", x.get("bias") is not None),
+                                     ("silu", x.get("activation") == "silu")) if on}
+        space.update(dtype=name(x["x"].dtype), kv_dtype=name(x["conv_state"].dtype), num_seqs=np.shape(x["x"])[0],
+                     channels=np.shape(x["x"])[-1], width=np.shape(x["weight"])[1])
+    elif op in ("selective_state_update", "ssd_chunked_scan"):
+        state = x["state"]
+        mamba2 = np.ndim(state) == 4
+        groups = np.shape(x["B"])[-2] if mamba2 else 1
+        features |= {f for arg, f in _OPTIONAL_FEATURES if x.get(arg) is not None}
+        features |= {f for f, on in (("mamba2", mamba2 and op == "selective_state_update"),
+                                     ("grouped_bc", groups > 1), ("dt_softplus", bool(x.get("dt_softplus"))),
+                                     ("snapshots", bool(x.get("num_snapshots")))) if on}
+        space.update(dtype=name(x["x"].dtype), kv_dtype=name(state.dtype),
+                     num_seqs=len(space["seq_len"]) if "seq_len" in space else np.shape(x["x"])[0],
+                     num_heads=np.shape(state)[1] if mamba2 else 1, head_dim=np.shape(state)[-2],
+                     state_size=np.shape(state)[-1], num_groups=groups, dt_softplus=bool(x.get("dt_softplus")),
+                     optional_inputs=sorted(a for a, _ in _OPTIONAL_FEATURES if x.get(a) is not None))
+    elif op in ("rwkv6_wkv", "gated_delta_rule_update", "gated_delta_rule_chunked"):
+        state = x["state"]
+        if x.get("use_qk_l2norm"):
+            features.add("qk_l2norm")
+        lead = x["r"] if op == "rwkv6_wkv" else x["q"]
+        space.update(dtype=name(lead.dtype), kv_dtype=name(state.dtype), num_heads=np.shape(state)[1],
+                     key_dim=np.shape(state)[2], value_dim=np.shape(state)[3],
+                     num_seqs=len(space["seq_len"]) if "seq_len" in space else np.shape(lead)[0])
+        if op != "rwkv6_wkv":
+            space["num_qk_heads"] = np.shape(x["q"])[1]
+    elif op == "recurrent_store_step":
+        space.update(dtype=name(x["conv_pool"].dtype), kv_dtype=name(x["ssm_pool"].dtype))
+    return features, {k: (int(v) if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else v)
+                      for k, v in space.items()}
 
 
 # --- diagnosis variations (conformance/diagnosis.py) ----------------------------------------------
@@ -647,6 +982,9 @@ HISTORY_INPUTS = {"causal_conv1d_update": ("x", "weight", "conv_state"),
 from . import recurrent_gated_delta  # noqa: E402,F401
 
 DIAGNOSIS.update({op: _recurrent_diagnosis for op in STRATEGIES if op not in DIAGNOSIS})
+#: what a case uses, per op (conformance/goldens.py)
+USES = {op: uses for op in ("causal_conv1d_update", "selective_state_update", "ssd_chunked_scan", "rwkv6_wkv",
+                            "gated_delta_rule_update", "gated_delta_rule_chunked", "recurrent_store_step")}
 HISTORY_INPUTS.update({"gated_delta_rule_update": ("q", "v", "state"),       # k keeps |k| <= 1 (RS-35)
                        "gated_delta_rule_chunked": ("q", "v", "state")})
 

@@ -16,8 +16,13 @@ clean case; the `poison` property runs `case.with_poison()`.
 Tested domain (RS-35): g in (-2, 0] (decays in (0.13, 1]), beta in [0, 1), and without normalisation keys
 scaled to |k| <= 1 so that every transition exp(g) (I - beta k k^T) is contracting; with normalisation
 q and k are any finite values. Shapes: Hk in {1, 2} q/k heads, H = Hk * {1, 2} state heads, K, V <= 3
-(<= 2 in the long column). Long column: as SSD's (strategies/recurrent.py), a first sequence of 9 … 20
-tokens with hints (8, 16, 1, 3, 4): crosses the Triton kernel's 16-token chunks.
+(<= 2 in the long column). Long column (recurrent_reach.py): tiers `edges` (chunked: as SSD's, a first
+sequence of 9 … 20 tokens with hints (8, 16, 1, 3, 4), crossing the Triton kernel's 16-token chunks),
+`tokens` (chunked: hundreds to thousands of tokens after a short leader, hints 16 … 256, gates near 0 so
+the state grows over the sequence), `heads` (K, V of 64 … 256, fla's 64-key state blocks) and `rows`
+(update: a decode batch of hundreds of rows). Range column: log gates exactly 0, near 0 and -50, betas
+exactly 0 and 1 (`gates`); per-token gates of -16 … -12 whose chunk sums pass float32's exp range
+(chunked `steep`); grown states; float16 q, k whose squares overflow float16 under L2 normalisation.
 """
 from __future__ import annotations
 
@@ -30,44 +35,106 @@ from kvconform.reference.recurrent.gated_delta import l2_normalize, qk_heads
 
 from .. import tolerance
 from ..case import Case, PoisonRegion
+from . import constraints
 from . import recurrent as rs
+from . import recurrent_reach as reach
 from .values import floats, sampled_from, seeds
 
 _INDEXED = ("RS-2", "RS-4", "RS-7", "RS-31")
-_PADDED = ("RS-3", "RS-4", "RS-31")
+_PADDED = ("RS-3", "RS-4", "RS-31", "RS-36")
 GDN_UPDATE_VARIANTS = (
-    rs.Variant("base", (), ("RS-1", "RS-6", "RS-28", "RS-29", "RS-30", "RS-31", "RS-35")),
+    rs.Variant("base", (), ("RS-1", "RS-6", "RS-28", "RS-29", "RS-30", "RS-31", "RS-35", "RS-40", "RS-41")),
     rs.Variant("state_indices", ("state_indices",), _INDEXED),
     rs.Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     rs.Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
+    rs.Variant("long", (), ("RS-28", "RS-30") + rs._REACH, reach="long"),
+    rs.Variant("range", (), ("RS-30", "RS-35") + rs._RANGE, reach="range"),
 )
 GDN_CHUNKED_VARIANTS = (
-    rs.Variant("base", (), ("RS-1", "RS-6", "RS-17", "RS-28", "RS-29", "RS-30", "RS-32", "RS-33", "RS-35")),
+    rs.Variant("base", (), ("RS-1", "RS-6", "RS-17", "RS-28", "RS-29", "RS-30", "RS-32", "RS-33", "RS-35", "RS-39",
+                            "RS-40", "RS-41")),
     rs.Variant("state_indices", ("state_indices",), _INDEXED),
     rs.Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED + ("RS-32",)),
     rs.Variant("initial_states", ("initial_states",), ("RS-5", "RS-32")),
     rs.Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
-    rs.Variant("long", (), ("RS-17", "RS-32", "RS-33"), long=True),
+    rs.Variant("long", (), ("RS-17", "RS-32", "RS-33") + rs._REACH, reach="long"),
+    rs.Variant("range", (), ("RS-32", "RS-33", "RS-35") + rs._RANGE, reach="range"),
 )
 TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
 
 
-def _heads(draw) -> tuple[int, int]:
-    """(H, Hk): shrinks towards H = 2, Hk = 1 (shared q/k head); H = 4, Hk = 2 tells h // 2 from h % 2."""
-    qk = draw(sampled_from((1, 2)))
+def _heads(draw, claims: OpClaims, tier: str = "") -> tuple[int, int]:
+    """(H, Hk): shrinks towards H = 2, Hk = 1 (shared q/k head); H = 4, Hk = 2 tells h // 2 from h % 2.
+    Within claimed num_qk_heads / num_heads limits (RS-41). The `rows` and `tokens` tiers: one head (their
+    cost grows with heads on an interpreter, and heads are not their threshold)."""
+    if tier in ("rows", "tokens", "range") and not {"num_heads", "num_qk_heads"} & set(claims.limits):
+        return (reach.RANGE_HEADS, 1) if tier == "range" else (1, 1)   # range: fixed shapes, h // 2 shared
+    qk = draw(sampled_from(constraints.allowed(claims, "num_qk_heads", (1, 2), "num_qk_heads")))
+    if "num_heads" in claims.limits:
+        return rs._heads_over(draw, claims, qk), qk
     return qk * draw(sampled_from((2, 1))), qk
 
 
-def _token_arrays(rng, rows: int, heads: int, qk: int, dk: int, dv: int, act: str, norm: bool) -> dict:
+def _dims(draw, claims: OpClaims, tier: str) -> tuple[int, int]:
+    """(K, V): 1 … 3 (1 … 2 in the long tiers); real head dims (LINEAR_HEAD_DIMS) in the `heads` tier;
+    V = K under the equal_key_value_dims convention (RS-40)."""
+    if tier == "heads":
+        dk = reach.reach_dim(draw, claims, "key_dim", reach.LINEAR_HEAD_DIMS)
+        dv = reach.reach_dim(draw, claims, "value_dim", reach.LINEAR_HEAD_DIMS)
+    elif tier == "range":
+        dk = reach.dim(draw, claims, "key_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+        dv = reach.dim(draw, claims, "value_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+    else:
+        top = 2 if tier else 3
+        dk, dv = reach.dim(draw, claims, "key_dim", 1, top), reach.dim(draw, claims, "value_dim", 1, top)
+    return dk, (dk if claims.limits.get("equal_key_value_dims") is True else dv)
+
+
+#: value regimes of the GDN range columns (the first is each op's simplest draw)
+UPDATE_RANGE_REGIMES = ("gates", "grown", "float16_norm")
+CHUNKED_RANGE_REGIMES = ("steep", "gates", "grown", "float16_norm")
+
+
+def _token_arrays(rng, rows: int, heads: int, qk: int, dk: int, dv: int, act: str, norm: bool,
+                  regime: str = "", tier: str = "") -> dict:
     q = floats(rng, (rows, qk, dk), act)
     k = floats(rng, (rows, qk, dk), act)
+    if regime == "float16_norm":
+        # |q|^2 and |k|^2 past 65504: a norm summed in float16 overflows (NU-3: sums in float32 or wider)
+        q = floats(rng, (rows, qk, dk), act, min_exp=8, max_exp=reach.top_exponent(act) - 1)
+        k = floats(rng, (rows, qk, dk), act, min_exp=8, max_exp=reach.top_exponent(act) - 1)
     if not norm:
         # RS-35: |k| <= 1 keeps beta |k|^2 <= 1 (rounded back to the activation dtype, then re-capped).
         norms = np.sqrt((k.astype(np.float64) ** 2).sum(-1, keepdims=True))
-        k = (k.astype(np.float64) / np.maximum(1.0, norms) * 0.99).astype(k.dtype)
-    return dict(q=q, k=k, v=floats(rng, (rows, heads, dv), act),
-                g=-rs._positive(rng, (rows, heads), act, max_exp=0),
-                beta=rs._positive(rng, (rows, heads), act, min_exp=-4, max_exp=-1))
+        scale = 0.99 / norms if regime == "gates" else 0.99 / np.maximum(1.0, norms)   # gates: |k| = 0.99
+        k = (k.astype(np.float64) * scale).astype(k.dtype)
+    v = floats(rng, (rows, heads, dv), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1)
+    g = -rs._positive(rng, (rows, heads), act, max_exp=0)
+    beta = rs._positive(rng, (rows, heads), act, min_exp=-4, max_exp=-1)
+    if tier in ("tokens", "heads"):
+        g = reach.near_one_log(rng, (rows, heads)).astype(g.dtype)   # the state grows; chunk sums stay small
+    elif regime == "steep":
+        g = rng.uniform(*reach.RANGE_GATE_STEEP, size=(rows, heads)).astype(g.dtype)
+    elif regime == "gates":
+        g = reach.choice(rng, (rows, heads), reach.RANGE_GATES, act)
+        beta = reach.choice(rng, (rows, heads), reach.RANGE_BETAS, act)
+    elif regime == "grown":
+        g = reach.choice(rng, (rows, heads), (0.0, -1e-6, -2.0 ** -10), act)
+    return dict(q=q, k=k, v=v, g=g, beta=beta)
+
+
+def _state_exponents(act: str, regime: str) -> dict:
+    lo, hi = reach.grown_exponents(act)
+    return dict(min_exp=lo, max_exp=hi) if regime == "grown" else {}
+
+
+def _regime(draw, claims: OpClaims, variant: rs.Variant, regimes: tuple[str, ...]) -> str:
+    """The value regime of a range case: float16_norm only where float16 and qk_l2norm are claimed."""
+    if not variant.range:
+        return ""
+    usable = tuple(r for r in regimes if r != "float16_norm"
+                   or ("qk_l2norm" in claims.features and "float16" in claims.dtypes))
+    return draw(sampled_from(usable))
 
 
 def _pool_regions(pool: np.ndarray, idx, rows: int, fresh=None) -> list[PoisonRegion]:
@@ -89,9 +156,9 @@ def _padding_regions(mask: np.ndarray) -> list[PoisonRegion]:
                          what="inputs of padding rows (never read)") for name in TOKEN_INPUTS]
 
 
-def _options(draw, variant: rs.Variant) -> dict:
+def _options(draw, variant: rs.Variant, regime: str = "") -> dict:
     kw = {}
-    if "qk_l2norm" in variant.features:
+    if "qk_l2norm" in variant.features or regime == "float16_norm":
         kw["use_qk_l2norm"] = True
     scale = draw(sampled_from((None, 0.5, 2.0)))
     if scale is not None:
@@ -100,53 +167,77 @@ def _options(draw, variant: rs.Variant) -> dict:
 
 
 @st.composite
-def gdn_update_cases(draw, claims: OpClaims, variant: rs.Variant):
-    """A `gated_delta_rule_update` call (RS-28 … RS-31) within `claims`."""
+def gdn_update_cases(draw, claims: OpClaims, variant: rs.Variant, *, tier: str = ""):
+    """A `gated_delta_rule_update` call (RS-28 … RS-31) within `claims`. Long tiers: `heads` (K, V of
+    64 … 256), `rows` (a decode batch of hundreds of rows); range: UPDATE_RANGE_REGIMES."""
     act, pool_dtype = rs._dtypes(draw, claims, variant)
-    rows = draw(st.integers(1, 3))
-    heads, qk = _heads(draw)
-    dk, dv = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    idx, num_slots = rs._slots(draw, rows, variant)
-    kw = _options(draw, variant)
+    if tier == "rows":
+        rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
+    elif variant.range:     # fixed small shapes (recurrent_reach.RANGE_*)
+        rows = min(reach.RANGE_ROWS, constraints.upper(claims, "max_num_seqs", reach.RANGE_ROWS))
+    else:
+        rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if tier else 3)))
+    heads, qk = _heads(draw, claims, "range" if variant.range else tier)
+    dk, dv = _dims(draw, claims, "range" if variant.range else tier)
+    idx, num_slots = rs._slots(draw, rows, variant, claims if tier == "rows" else None)
+    regime = _regime(draw, claims, variant, UPDATE_RANGE_REGIMES)
+    kw = _options(draw, variant, regime)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
-    arrays = _token_arrays(rng, rows, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False))
-    state = floats(rng, (num_slots, heads, dk, dv), pool_dtype)
+    arrays = _token_arrays(rng, rows, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False), regime, tier)
+    state = floats(rng, (num_slots, heads, dk, dv), pool_dtype, **_state_exponents(act, regime))
     poison = _pool_regions(state, idx, rows)
     if idx is not None:
         kw["state_indices"] = idx
         poison += _padding_regions(np.asarray(idx) < 0)
     inputs = dict(**arrays, state=state, **kw)
-    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows, heads=heads, qk_heads=qk,
-                  k=dk, v=dv, num_slots=num_slots, variant=variant.name)
+    params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=rows, tokens=rows, num_heads=heads,
+                  num_qk_heads=qk, key_dim=dk, value_dim=dv, num_slots=num_slots, variant=variant.name,
+                  **rs.conventions(claims))
+    if tier or regime:
+        params["tier" if tier else "regime"] = tier or regime
     return Case("gated_delta_rule_update", inputs, params, seed, poison=tuple(poison))
 
 
 @st.composite
 def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: int = 3, max_len: int = 4,
-                      chunk_size: int | None = None):
-    """A `gated_delta_rule_chunked` call (RS-32, RS-33): varlen with empty sequences, chunk hints 1 … 64."""
+                      chunk_size: int | None = None, tier: str = ""):
+    """A `gated_delta_rule_chunked` call (RS-32, RS-33): varlen with empty sequences, chunk hints 1 … 64.
+    Long tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a
+    short leader, hints 16 … 256), `heads` (K, V of 64 … 256); range: CHUNKED_RANGE_REGIMES over one
+    sequence of RANGE_TOKENS tokens in one chunk (a steep chunk's gate sum is below -96)."""
     act, pool_dtype = rs._dtypes(draw, claims, variant)
-    if variant.long:
+    max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
+    tier = tier or ("edges" if variant.long else "")
+    if tier == "edges":
         chunk = chunk_size or draw(sampled_from(rs.LONG_CHUNK_SIZES))
         multiples = tuple(chunk * i for i in range(1, rs.SSD_LONG_MAX // chunk + 1) if chunk * i >= 8)
         edges = rs.SSD_LONG_EDGES + tuple(m for m in multiples if m not in rs.SSD_LONG_EDGES)
         lengths, cu = rs._lengths(draw, min(max_seqs, 2), rs.SSD_LONG_MAX,
-                                  st.one_of(st.sampled_from(edges), st.integers(9, rs.SSD_LONG_MAX)))
-        dk, dv = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+                                  st.one_of(st.sampled_from(edges), st.integers(9, rs.SSD_LONG_MAX)), claims)
+    elif tier == "tokens":
+        lengths, cu = rs._lead_and_long(draw, claims, "gated_delta_rule_chunked")
+        chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
+    elif tier == "heads":
+        lengths, cu = rs._lengths(draw, 1, 40, st.integers(9, 40), claims)
+        chunk = chunk_size or draw(sampled_from((16, 64)))
+    elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
+        lengths, cu = rs._lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
+        chunk = chunk_size or reach.RANGE_TOKENS
     else:
-        lengths, cu = rs._lengths(draw, max_seqs, max_len)
+        lengths, cu = rs._lengths(draw, max_seqs, max_len, claims=claims)
         chunk = chunk_size or draw(sampled_from(rs.CHUNK_SIZES))
-        dk, dv = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    heads, qk = _heads(draw)
+    dk, dv = _dims(draw, claims, "range" if variant.range else tier)
+    heads, qk = _heads(draw, claims, "range" if variant.range else tier)
     seqs, tokens = len(lengths), int(cu[-1])
     idx, num_slots = rs._slots(draw, seqs, variant)
     has_initial = rs._fresh(draw, seqs, variant)
-    kw = _options(draw, variant)
+    regime = _regime(draw, claims, variant, CHUNKED_RANGE_REGIMES)
+    kw = _options(draw, variant, regime)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
-    arrays = _token_arrays(rng, tokens, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False))
-    state = floats(rng, (num_slots, heads, dk, dv), pool_dtype)
+    arrays = _token_arrays(rng, tokens, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False), regime, tier)
+    state = floats(rng, (num_slots, heads, dk, dv), pool_dtype, **_state_exponents(act, regime))
     poison = _pool_regions(state, idx, seqs, None if has_initial is None else ~has_initial)
     if idx is not None:
         kw["state_indices"] = idx
@@ -158,8 +249,10 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
         kw["has_initial_state"] = has_initial
     inputs = dict(**arrays, state=state, cu_seqlens=cu, chunk_size=chunk, **kw)
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
-                  heads=heads, qk_heads=qk, k=dk, v=dv, chunk_size=chunk, num_slots=num_slots,
-                  variant=variant.name)
+                  num_heads=heads, num_qk_heads=qk, key_dim=dk, value_dim=dv, chunk_size=chunk,
+                  num_slots=num_slots, variant=variant.name, **rs.conventions(claims))
+    if tier or regime:
+        params["tier" if tier else "regime"] = tier or regime
     return Case("gated_delta_rule_chunked", inputs, params, seed, poison=tuple(poison))
 
 
@@ -204,8 +297,8 @@ def _gdn_checks(case: Case, expected: dict, actual: dict, seq_of: np.ndarray, li
     out_dtype = dtypes.dtype_name(np.asarray(x["v"]).dtype)
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[live] = True
-    checks = rs._split(expected, actual, "out", "padding", mask,
-                       rs.class_r(out_dtype, n, M_out, "GDN output"), rs._zero(out_dtype, "padding outputs"))
+    checks = rs._output_checks(case, expected, actual, "out", mask, rs.class_r(out_dtype, n, M_out, "GDN output"),
+                               out_dtype)
     pool_dtype = dtypes.dtype_name(x["state"].dtype)
     checks.update(rs._pool_checks(expected, actual, "state", slots,
                                   rs.class_r(pool_dtype, n, M_state, "GDN state")))

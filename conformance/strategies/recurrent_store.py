@@ -12,6 +12,12 @@ are small (2 … 4 slots; a conv row [C, W-1] with C <= 2, W-1 <= 3; an SSM row 
 dimensions <= 2) and there may be more sequence ids (up to 6) than slots, so allocations can run out.
 Rows hold random finite bit patterns; rows written by restore/rollback are drawn the same way.
 
+Reach (recurrent_reach.py): the `long` column's tier `rows` ends with one assignment of hundreds of
+sequences (fresh ones, kept ones and copies on write) over a pool of hundreds of slots; tier `state`
+draws rows of real sizes (a conv row of 257+ channels, an SSM row of N past 128). The `range` column's rows
+(and the rows a restore or rollback writes) hold the edges of the pool format: +-0.0, subnormals, the
+largest finite, +-inf, NaN payloads: a row moved through arithmetic instead of as bits changes some.
+
 Don't-care locations (poison regions): `free_rows`, the rows of slots no sequence refers to (stale data,
 RS-24; a fresh sequence's row is *set* to zeros, RS-5/RS-22, so NaN there must never surface), and for a
 rollback `unused_snapshots`, the snapshots other than the one it restores (RS-26). Comparison (class E):
@@ -32,11 +38,14 @@ from kvconform.reference.recurrent import StoreError
 from .. import tolerance
 from ..case import Case, PoisonRegion
 from . import recurrent as rs
+from . import recurrent_reach as reach
 from .values import floats, pick, sampled_from, seeds
 
 OP = "recurrent_store_step"
 STORE_CLAUSES = ("RS-21", "RS-22", "RS-23", "RS-24", "RS-25", "RS-26")
-STORE_VARIANTS = (rs.Variant("base", (), STORE_CLAUSES),)
+STORE_VARIANTS = (rs.Variant("base", (), STORE_CLAUSES),
+                  rs.Variant("long", (), ("RS-22", "RS-42"), reach="long"),
+                  rs.Variant("range", (), ("RS-22", "RS-25", "RS-26", "RS-43", "NU-R5"), reach="range"))
 MAX_SEQS = 6
 #: the arguments each command reads (besides the state); the case holds only these
 COMMAND_ARGS = {"assign": ("seq_ids", "num_tokens"), "copy": ("src", "dst"), "remove": ("seq",),
@@ -51,19 +60,29 @@ def pool_dtypes(draw, claims: OpClaims) -> tuple[str, str]:
     return pick(draw, options, "pool dtype"), pick(draw, options, "pool dtype")
 
 
+def _values(rng, shape, dtype: str, special: bool) -> np.ndarray:
+    """Row values: random finite bit patterns, or the edges of the format (the range column)."""
+    return reach.special_values(rng, shape, dtype) if special else floats(rng, shape, dtype)
+
+
 @st.composite
-def empty_state(draw, claims: OpClaims) -> dict:
-    """An empty store (RS-21) over pools of random finite rows (stale data: every row is free)."""
+def empty_state(draw, claims: OpClaims, *, tier: str = "", special: bool = False) -> dict:
+    """An empty store (RS-21) over pools of random finite rows (stale data: every row is free); the `state`
+    tier's rows are of real sizes, `special` rows hold the edges of the format."""
     conv_dtype, ssm_dtype = pool_dtypes(draw, claims)
     num_slots = draw(st.integers(2, 4))
     max_seqs = draw(st.integers(1, MAX_SEQS))
-    conv_row = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))                 # [C, W-1]
-    ssm_row = tuple(draw(st.lists(st.integers(1, 2), min_size=2, max_size=3)))    # [D, N] | [H, P, N]
+    if tier == "state":
+        conv_row = (draw(sampled_from(reach.CONV_CHANNELS)), 3)                           # [C, W-1]
+        ssm_row = (draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(sampled_from(reach.STATE_SIZES)))
+    else:
+        conv_row = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))                 # [C, W-1]
+        ssm_row = tuple(draw(st.lists(st.integers(1, 2), min_size=2, max_size=3)))    # [D, N] | [H, P, N]
     rng = np.random.default_rng(draw(seeds))
     meta = reference.new_store(max_seqs)
     return dict(seq_slot=meta.seq_slot, seq_pos=meta.seq_pos,
-                conv_pool=floats(rng, (num_slots,) + conv_row, conv_dtype),
-                ssm_pool=floats(rng, (num_slots,) + ssm_row, ssm_dtype))
+                conv_pool=_values(rng, (num_slots,) + conv_row, conv_dtype, special),
+                ssm_pool=_values(rng, (num_slots,) + ssm_row, ssm_dtype, special))
 
 
 def live_seqs(state: dict) -> list[int]:
@@ -78,15 +97,15 @@ def free_slots(state: dict) -> np.ndarray:
     return free
 
 
-def _rows(rng, state: dict, count: int | None) -> tuple[np.ndarray, np.ndarray]:
+def _rows(rng, state: dict, count: int | None, special: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Random rows for both pools: one row each, or [count, *row]."""
     lead = () if count is None else (count,)
-    return tuple(floats(rng, lead + np.shape(state[p])[1:], dtypes.dtype_name(np.asarray(state[p]).dtype))
+    return tuple(_values(rng, lead + np.shape(state[p])[1:], dtypes.dtype_name(np.asarray(state[p]).dtype), special)
                  for p in ("conv_pool", "ssm_pool"))
 
 
 @st.composite
-def commands(draw, state: dict, only: str | None = None) -> dict:
+def commands(draw, state: dict, only: str | None = None, special: bool = False) -> dict:
     """One well-formed command for `state` (of kind `only` when given) as keywords of recurrent_store_step;
     it may still be refused (no free slot, RS-22/RS-25), which `step` reports as None."""
     max_seqs = np.shape(state["seq_slot"])[0]
@@ -115,12 +134,12 @@ def commands(draw, state: dict, only: str | None = None) -> dict:
         return dict(command="checkpoint", seq=draw(sampled_from(live)))
     rng = np.random.default_rng(draw(seeds))
     if command == "restore":
-        conv, ssm = _rows(rng, state, None)
+        conv, ssm = _rows(rng, state, None, special)
         return dict(command="restore", seq=draw(seq_ids), saved_pos=draw(st.integers(0, 6)), saved_conv=conv,
                     saved_ssm=ssm)
     seq = draw(sampled_from(live))
     r = draw(st.integers(0, int(pos[seq])).map(lambda v: min(v, 3)))
-    conv, ssm = _rows(rng, state, r + draw(st.integers(1, 2)))
+    conv, ssm = _rows(rng, state, r + draw(st.integers(1, 2)), special)
     return dict(command="rollback", seq=seq, num_tokens=r, snapshots_conv=conv, snapshots_ssm=ssm)
 
 
@@ -157,24 +176,52 @@ def step_case(state: dict, cmd: dict, **params) -> Case:
 
 
 @st.composite
-def history(draw, claims: OpClaims, *, max_steps: int = 6) -> dict:
+def history(draw, claims: OpClaims, *, max_steps: int = 6, tier: str = "", special: bool = False) -> dict:
     """A state reached from an empty store by up to `max_steps` valid reference steps."""
-    state = draw(empty_state(claims))
+    state = draw(empty_state(claims, tier=tier, special=special))
     for _ in range(draw(st.integers(0, max_steps))):
-        out = step(state, draw(commands(state)))
+        out = step(state, draw(commands(state, special=special)))
         if out is not None:
             state = state_of(out)
     return state
 
 
 @st.composite
-def store_step_cases(draw, claims: OpClaims, variant=STORE_VARIANTS[0]):
-    """A drawn history, then one valid command: any command for the `base` column, else the command the
-    variant is named after (`command_variant`, used by the errors layer)."""
-    state = draw(history(claims))
-    cmd = draw(commands(state, only=variant.name if variant.name in COMMAND_ARGS else None))
+def many_sequences_case(draw, claims: OpClaims) -> Case:
+    """The `rows` tier: B (hundreds) sequences in one assignment over B + 16 slots: half of them already
+    hold state, two share a slot with another (copy on write), the rest are fresh (zeroed rows)."""
+    conv_dtype, ssm_dtype = pool_dtypes(draw, claims)
+    batch = draw(sampled_from(reach.DECODE_ROWS))
+    num_slots, kept = batch + 16, batch // 2
+    rng = np.random.default_rng(draw(seeds))
+    meta = reference.new_store(batch + 8)
+    state = dict(seq_slot=meta.seq_slot, seq_pos=meta.seq_pos,
+                 conv_pool=floats(rng, (num_slots, 1, 3), conv_dtype), ssm_pool=floats(rng, (num_slots, 1, 2), ssm_dtype))
+    state = state_of(step(state, dict(command="assign", seq_ids=np.arange(kept, dtype=np.int32), num_tokens=1)))
+    for src, dst in ((0, kept), (1, kept + 1)):
+        state = state_of(step(state, dict(command="copy", src=src, dst=dst)))
+    order = np.asarray(draw(st.permutations(range(batch))), dtype=np.int32)
+    cmd = dict(command="assign", seq_ids=order, num_tokens=draw(st.integers(1, 3)))
     assume(step(state, cmd) is not None)
-    return step_case(state, cmd)
+    return step_case(state, cmd, tier="rows")
+
+
+@st.composite
+def store_step_cases(draw, claims: OpClaims, variant=STORE_VARIANTS[0], *, tier: str = ""):
+    """A drawn history, then one valid command: any command for the `base` column, else the command the
+    variant is named after (`command_variant`, used by the errors layer); the long tiers and the range
+    column (module docstring)."""
+    if tier == "rows":
+        return draw(many_sequences_case(claims))
+    special = variant.range
+    state = draw(history(claims, tier=tier, special=special))
+    only = variant.name if variant.name in COMMAND_ARGS else None
+    if tier or special:     # the simplest draw moves whole rows bit for bit: a restore into a free slot
+        only = draw(sampled_from(("restore", None)))
+    cmd = draw(commands(state, only=only, special=special))
+    assume(step(state, cmd) is not None)
+    params = {"tier": tier} if tier else {"regime": "format_edges"} if special else {}
+    return step_case(state, cmd, **params)
 
 
 def command_variant(command: str) -> rs.Variant:

@@ -9,6 +9,11 @@ only where RO-1 says the data is copied unchanged (unlisted pages, dims >= rotar
 so those are compared exactly, and in one whole token slot of a listed page (an unfilled slot is rotated,
 RO-1), whose rotated pairs are left out of the comparison (NU-RO5), which still checks that NaN does not
 spread.
+
+Two reach columns (spec/rotation.md, "Reach: sizes and values drawn"): `long` draws real page sizes, head
+dims, partial rotary dims, KV head counts and tens of listed pages (a few examples); `range` draws keys
+over the whole exponent range of the cache dtype up to its largest finite value, LUTs of real models'
+theta bases and Llama-3 frequency scaling, and token shifts past 2^24 up to int32's extremes.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from hypothesis import strategies as st
 from kvconform import reference
 from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
+from kvconform.reference.rotation import inverse_frequencies
 
 from .. import tolerance
 from ..case import Case, PoisonRegion
@@ -35,6 +41,32 @@ DEFAULT_PAGE_SIZES = (2, 1, 4, 3)     # used when any page size is claimed; 3 is
 DEFAULT_HEAD_DIMS = (4, 8, 6)
 THETAS = (10000.0, 100.0, 500000.0)
 
+# --- reach (spec/rotation.md "Reach: sizes and values drawn"; each threshold's source is there) -----
+#: long: page sizes of serving stacks (vLLM/FlashInfer 16, OpenVINO CPU 32, TPU 64/128) and 48, which is
+#: no power of two; head dims of real models (64 .. 256; 80, 96, 192 pad to the next power of two)
+LONG_PAGE_SIZES = (16, 64, 128, 32, 48)
+LONG_HEAD_DIMS = (80, 128, 256, 64, 96, 192)
+#: partial rotary (head dim, rotary dim): Phi-2 32 of 80, ChatGLM 64 of 128, GPT-J 64 of 256, GPT-NeoX 24 of 96
+LONG_PARTIAL = ((80, 32), (128, 64), (256, 64), (96, 24))
+LONG_KV_HEADS = (8, 2, 1)
+#: listed pages: a power-of-two bucket's padding (5 -> 8, 33 -> 64) and tens of pages
+LONG_BLOCKS = (5, 33, 9)
+#: LUT rows (rotate_keys): a block behind hundreds of evicted blocks
+LONG_LUT_ROWS = (300, 65, 2)
+LONG_ELEMENTS = 1 << 20      # the pool's elements at most: each long call stays well under a second
+LONG_BUDGET = 0.05           # share of the profile's examples (ci: 1, thorough: 12)
+RANGE_BUDGET = 0.12          # ci: 3, thorough: 30
+#: range: exponents of the keys per cache dtype, from well above the smallest normal (no subnormal
+#: products in float32 arithmetic) to below max / sqrt(2), so that no rotated value can exceed the
+#: dtype's largest finite value (the pair norm is kept, RO-5)
+RANGE_EXPONENTS = {"float16": (-10, 14), "bfloat16": (-100, 126), "float32": (-100, 126), "float64": (-300, 300)}
+#: theta bases of real models: Llama-3 500000, Qwen2 / Gemma-3 global layers 1e6, Llama-2 10000
+RANGE_THETAS = (500000.0, 1000000.0, 10000.0)
+#: token shifts around float32's integer limit 2^24 and at int32's extremes (RO-3, RO-10)
+RANGE_DELTAS = (2 ** 24 + 1, 2 ** 31 - 1, -(2 ** 31), 2 ** 25 + 3, 2 ** 24 - 1, -(2 ** 24 + 1), 0, 1, -1)
+#: cache dtypes of the range column, float64 first: only float64 arithmetic is bound tightly at 2^24+ (NU-RO3)
+RANGE_CACHE_DTYPES = ("float64", "bfloat16", "float16", "float32")
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -45,6 +77,7 @@ class Variant:
     per_token: bool = False
     partial: bool = False
     negative: bool = False
+    reach: str = ""       # "long" or "range": the reach columns (per-token, partial, negative where claimed)
 
     def __str__(self) -> str:
         return self.name
@@ -55,10 +88,15 @@ ROTATE_VARIANTS = (
     Variant("per_token", ("per_token_deltas",), ("RO-7",), per_token=True),
     Variant("partial_rotary", ("per_block_deltas", "partial_rotary"), ("RO-1", "RO-2"), partial=True),
 )
+LONG = Variant("long", ("per_block_deltas",), ("RO-1", "RO-2", "RO-7"), reach="long")
+RANGE = Variant("range", ("per_block_deltas",), ("RO-3", "RO-5"), reach="range")
 SHIFT_VARIANTS = ROTATE_VARIANTS + (
     Variant("negative_deltas", ("per_token_deltas", "negative_deltas"), ("RO-10",), per_token=True,
             negative=True),
 )
+ROTATE_VARIANTS += (LONG, RANGE)
+SHIFT_VARIANTS += (LONG, RANGE)
+BUDGETS = {"long": LONG_BUDGET, "range": RANGE_BUDGET}
 
 
 def _claimed(options, claimed, what: str, variant: Variant):
@@ -69,11 +107,10 @@ def _claimed(options, claimed, what: str, variant: Variant):
     return chosen
 
 
-@st.composite
-def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 4):
-    """Shared part of both ops: pool shape, dims, listed pages (shuffled), the pool with poison."""
-    kv_dtype = pick(draw, _claimed(CACHE_DTYPES, claims.kv_dtypes, "cache dtype", variant), "cache dtype")
-    layout = pick(draw, _claimed(LAYOUTS, claims.layouts, "pair layout", variant), "layout")
+def _shape(draw, claims: OpClaims, variant: Variant, max_pages: int) -> dict:
+    """page_size, head_dim, rotary_dim (None: the default D), hkv, n listed pages, num_pages."""
+    if variant.reach == "long":
+        return draw(_long_shape(claims))
     page_size = pick(draw, constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES),
                      "page size")
     head_dims = constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS)
@@ -88,13 +125,58 @@ def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 
         rotary_dim = draw(sampled_from((None, head_dim)))   # RO-2: the default is D
     hkv = pick(draw, constraints.allowed(claims, "num_kv_heads", (1, 2), "KV head count"), "Hkv")
     max_pages = constraints.upper(claims, "max_pages", max_pages)
-    n = draw(st.integers(1, max(1, max_pages - 1))) if draw(st.integers(0, 9)) else 0   # n = 0 is allowed (RO-8)
+    if variant.reach:                          # the range column is about values: always rotate something
+        n = draw(st.integers(1, max(1, max_pages - 1)))
+    else:
+        n = draw(st.integers(1, max(1, max_pages - 1))) if draw(st.integers(0, 9)) else 0   # n = 0 allowed (RO-8)
     num_pages = max(min(n + draw(st.integers(0, 2)), max_pages), n, 1)
-    order = draw(st.permutations(range(num_pages)))
+    return dict(page_size=page_size, head_dim=head_dim, rotary_dim=rotary_dim, hkv=hkv, n=n, num_pages=num_pages)
+
+
+@st.composite
+def _long_shape(draw, claims: OpClaims) -> dict:
+    """The long column's shape: claimed page sizes and head dims when the backend names them (a claim
+    widens the draw to its own sizes, e.g. page size 544), else LONG_PAGE_SIZES / LONG_HEAD_DIMS; partial
+    rotary dims of real models where `partial_rotary` is claimed; tens of listed pages, capped so that the
+    pool holds at most LONG_ELEMENTS elements."""
+    page_size = pick(draw, constraints.allowed(claims, "page_size", claims.page_sizes or LONG_PAGE_SIZES),
+                     "page size")
+    head_dims = constraints.allowed(claims, "head_dim", claims.head_dims or LONG_HEAD_DIMS)
+    partial = tuple((d, r) for d, r in LONG_PARTIAL if d in head_dims) \
+        if "partial_rotary" in claims.features else ()
+    head_dim, rotary_dim = pick(draw, tuple((d, None) for d in head_dims) + partial, "(head dim, rotary dim)")
+    hkv = pick(draw, constraints.allowed(claims, "num_kv_heads", LONG_KV_HEADS, "KV head count"), "Hkv")
+    per_page = page_size * hkv * head_dim
+    cap = constraints.upper(claims, "max_pages", max(2, LONG_ELEMENTS // per_page))
+    n = min(pick(draw, LONG_BLOCKS, "listed pages"), max(1, cap - 1))
+    num_pages = min(n + draw(st.integers(0, 2)), cap)
+    return dict(page_size=page_size, head_dim=head_dim, rotary_dim=rotary_dim, hkv=hkv, n=n,
+                num_pages=max(num_pages, n))
+
+
+def _keys(rng, shape, kv_dtype: str, variant: Variant) -> np.ndarray:
+    """Clean keys: the usual bounded exponents, or (range) the dtype's whole exponent range (RANGE_EXPONENTS)."""
+    if variant.reach != "range":
+        return floats(rng, shape, kv_dtype)
+    lo, hi = RANGE_EXPONENTS[kv_dtype]
+    return floats(rng, shape, kv_dtype, min_exp=lo, max_exp=hi)
+
+
+@st.composite
+def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 4):
+    """Shared part of both ops: pool shape, dims, listed pages (shuffled), the pool with poison."""
+    options = RANGE_CACHE_DTYPES if variant.reach == "range" else CACHE_DTYPES
+    kv_dtype = pick(draw, _claimed(options, claims.kv_dtypes, "cache dtype", variant), "cache dtype")
+    layout = pick(draw, _claimed(LAYOUTS, claims.layouts, "pair layout", variant), "layout")
+    shape = _shape(draw, claims, variant, max_pages)
+    page_size, head_dim, rotary_dim, hkv, n, num_pages = (shape[k] for k in (
+        "page_size", "head_dim", "rotary_dim", "hkv", "n", "num_pages"))
+    order = draw(st.permutations(range(num_pages))) if num_pages <= 16 else \
+        np.random.default_rng(draw(seeds)).permutation(num_pages).tolist()   # long pools: one draw, not 70
     idx = np.asarray(order[:n], dtype=np.int32)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
-    k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
+    k_pages = _keys(rng, (num_pages, page_size, hkv, head_dim), kv_dtype, variant)
     listed = np.zeros(num_pages, dtype=bool)
     listed[idx] = True
     # Copied elements keep poison bit for bit (RO-1): unlisted pages and dims >= rotary_dim.
@@ -110,7 +192,9 @@ def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 
         poison.append(PoisonRegion("unfilled_slot", "k_pages",
                                    (int(idx[rng.integers(0, n)]), int(rng.integers(0, page_size)), slice(None),
                                     slice(0, rd)), "RO-1", "an unfilled token slot of a listed page"))
-    width = page_size if variant.per_token else 1
+    per_token = variant.per_token or (variant.reach and "per_token_deltas" in claims.features
+                                      and draw(st.booleans()))
+    width = page_size if per_token else 1
     return dict(kv_dtype=kv_dtype, layout=layout, page_size=page_size, head_dim=head_dim,
                 rotary_dim=rotary_dim, hkv=hkv, n=n, idx=idx, k_pages=k_pages, rng=rng, seed=seed,
                 width=width, poison=tuple(poison))
@@ -126,41 +210,112 @@ def _options(p: dict) -> dict:
 def _params(p: dict, variant: Variant, **extra) -> dict:
     return dict(kv_dtype=p["kv_dtype"], page_size=p["page_size"], head_dim=p["head_dim"], hkv=p["hkv"],
                 layout=p["layout"], rotary_dim=p["rotary_dim"] or p["head_dim"], blocks=p["n"],
-                tokens=p["n"] * p["page_size"], variant=variant.name, **extra)
+                tokens=p["n"] * p["page_size"], variant=variant.name,
+                **({"reach": variant.reach} if variant.reach else {}), **extra)
+
+
+def llama3_lut(num_rows: int, rotary_dim: int, *, theta: float, block_size: int, factor: float = 8.0,
+               low_freq_factor: float = 1.0, high_freq_factor: float = 4.0, original_max_position: int = 8192):
+    """float64[num_rows, rotary_dim]: `reference.rerotation_lut` (RO-6) over Llama-3.1's scaled frequencies
+    (rope_type "llama3": frequencies whose wavelength exceeds original_max_position / low_freq_factor are
+    divided by `factor`, those below original_max_position / high_freq_factor kept, the ones between
+    interpolated; huggingface/transformers src/transformers/modeling_rope_utils.py
+    `_compute_llama3_parameters`, commit 0044e3b). Row r re-rotates by r * block_size positions; a LUT
+    like any other for `rotate_keys` (RO-9)."""
+    w = inverse_frequencies(rotary_dim, theta=theta)
+    wavelength = 2 * np.pi / w
+    smooth = (original_max_position / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    scaled = np.where(wavelength > original_max_position / low_freq_factor, w / factor, w)
+    middle = (wavelength >= original_max_position / high_freq_factor) & \
+        (wavelength <= original_max_position / low_freq_factor)
+    scaled = np.where(middle, (1 - smooth) * w / factor + smooth * w, scaled)
+    angle = (np.arange(num_rows, dtype=np.float64) * block_size)[:, None] * scaled[None, :]
+    return np.concatenate([np.cos(angle), -np.sin(angle)], axis=1)
+
+
+@st.composite
+def _lut(draw, p: dict, variant: Variant, max_rows: int):
+    """(rows, theta, scaling, float64 LUT) of a rotate_keys case."""
+    rd = p["rotary_dim"] or p["head_dim"]
+    if variant.reach == "range":
+        rows = draw(st.integers(1, 1025))
+        theta = draw(sampled_from(RANGE_THETAS))
+        scaling = draw(sampled_from((None, "llama3")))
+        if scaling:
+            return rows, theta, scaling, llama3_lut(rows, rd, theta=theta, block_size=p["page_size"])
+    else:
+        rows = pick(draw, LONG_LUT_ROWS, "LUT rows") if variant.reach == "long" else draw(st.integers(1, max_rows))
+        theta, scaling = draw(sampled_from(THETAS)), None
+    return rows, theta, scaling, reference.rerotation_lut(rows, rd, theta=theta, block_size=p["page_size"])
 
 
 @st.composite
 def rotate_keys_cases(draw, claims: OpClaims, variant: Variant, *, max_rows: int = 4):
-    """A valid `rotate_keys` call: LUT rows of `reference.rerotation_lut` (RO-6) stored in a claimed
-    dtype (used as given, RO-9), per-block or per-token rows (RO-7) in [0, rows)."""
+    """A valid `rotate_keys` call: LUT rows of `reference.rerotation_lut` (RO-6; Llama-3 scaled in the
+    range column) stored in a claimed dtype (used as given, RO-9), per-block or per-token rows (RO-7) in
+    [0, rows)."""
     p = draw(_layout_and_pool(claims, variant))
     lut_dtype = pick(draw, _claimed(LUT_DTYPES, claims.dtypes, "LUT dtype", variant), "LUT dtype")
-    theta = draw(sampled_from(THETAS))
-    rows = draw(st.integers(1, max_rows))
-    rd = p["rotary_dim"] or p["head_dim"]
-    lut = reference.rerotation_lut(rows, rd, theta=theta, block_size=p["page_size"])
+    rows, theta, scaling, lut = draw(_lut(p, variant, max_rows))
     lut = lut.astype(dtypes.resolve_dtype(lut_dtype))
     deltas = p["rng"].integers(0, rows, size=(p["n"], p["width"])).astype(np.int32)
     inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], rotation_deltas=deltas,
                   trig_lut=lut, **_options(p))
-    return Case("rotate_keys", inputs, _params(p, variant, dtype=lut_dtype, lut_rows=rows, theta=theta),
+    extra = dict(scaling=scaling) if scaling else {}
+    return Case("rotate_keys", inputs, _params(p, variant, dtype=lut_dtype, lut_rows=rows, theta=theta, **extra),
                 p["seed"], poison=p["poison"])
+
+
+def _range_deltas(rng, shape, negative: bool) -> np.ndarray:
+    """Token shifts of the range column: half from RANGE_DELTAS (2^24 +- 1, int32's extremes), half
+    uniform over int32 (or [0, 2^31) without negative shifts)."""
+    edges = np.array(RANGE_DELTAS, np.int64)
+    uniform = rng.integers(-2 ** 31 if negative else 0, 2 ** 31, size=shape)
+    chosen = np.where(rng.random(shape) < 0.5, edges[rng.integers(0, edges.size, size=shape)], uniform)
+    if not negative:
+        chosen = np.minimum(np.abs(chosen), 2 ** 31 - 1)
+    return chosen.astype(np.int32)
 
 
 @st.composite
 def shift_keys_cases(draw, claims: OpClaims, variant: Variant):
     """A valid `shift_keys` call: deltas in tokens, non-negative unless the variant is negative_deltas
-    (RO-10), mostly small with a few large shifts (the float32 angle error grows with |delta|, NU-RO3)."""
+    (RO-10; the reach columns: where claimed), mostly small with a few large shifts (the float32 angle error
+    grows with |delta|, NU-RO3); the range column's shifts cross 2^24 and reach int32's extremes."""
     p = draw(_layout_and_pool(claims, variant))
-    theta = draw(sampled_from(THETAS))
-    big = draw(sampled_from((8, 64, 5000)))
-    lo = -big if variant.negative else 0
-    deltas = p["rng"].integers(lo, big + 1, size=(p["n"], p["width"])).astype(np.int32)
+    negative = variant.negative or (bool(variant.reach) and "negative_deltas" in claims.features
+                                    and draw(st.booleans()))
+    if variant.reach == "range":
+        theta = draw(sampled_from(RANGE_THETAS))
+        deltas = _range_deltas(p["rng"], (p["n"], p["width"]), negative)
+    else:
+        theta = draw(sampled_from(THETAS))
+        big = draw(sampled_from((8, 64, 5000)))
+        lo = -big if negative else 0
+        deltas = p["rng"].integers(lo, big + 1, size=(p["n"], p["width"])).astype(np.int32)
     inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], position_deltas=deltas,
                   theta=theta, **_options(p))
     dtype = p["kv_dtype"]
     return Case("shift_keys", inputs, _params(p, variant, dtype=dtype, theta=theta), p["seed"],
                 poison=p["poison"])
+
+
+def golden_requirements(case: Case) -> dict:
+    """What a rotation case's inputs use, in the words of a golden table's `requires`: the claimed features
+    it needs (deltas [n, 1] or [n, page_size], rotary_dim < D, a negative shift), the LUT dtype (`dtype`;
+    None for shift_keys), the cache dtype, page size, head dim and layout."""
+    x = case.inputs
+    k = np.asarray(x["k_pages"])
+    deltas = np.asarray(x["rotation_deltas" if case.op == "rotate_keys" else "position_deltas"])
+    features = {"per_token_deltas" if deltas.shape[1] > 1 else "per_block_deltas"}
+    if (x.get("rotary_dim") or k.shape[-1]) < k.shape[-1]:
+        features.add("partial_rotary")
+    if case.op == "shift_keys" and (deltas < 0).any():
+        features.add("negative_deltas")
+    return dict(features=tuple(sorted(features)),
+                dtype=dtypes.dtype_name(np.asarray(x["trig_lut"]).dtype) if case.op == "rotate_keys" else None,
+                kv_dtype=dtypes.dtype_name(k.dtype), page_size=int(k.shape[1]), head_dim=int(k.shape[-1]),
+                layout=x.get("layout", "half"))
 
 
 # --- comparison contract (spec/numerics.md, "Rotation") -------------------------------------------
@@ -200,10 +355,6 @@ def required_out_precision(case: Case) -> str:
     return dtypes.dtype_name(np.asarray(case.inputs["k_pages"]).dtype)
 
 
-def _unit_roundoff(name: str) -> float:
-    return tolerance.eps(name) / 2 if tolerance.eps(name) else 2.0 ** -53
-
-
 def _class_u(case: Case, expected, actual, extra_per_m: np.ndarray | float, reason: str):
     """Class U with a per-element allowance: rotated elements get ulp_O(ref) + extra * m, copied ones
     nothing (class E on values, NU-RO1). The ulp term is folded into atol so that it is zero on copies."""
@@ -222,23 +373,25 @@ def exact_identity(case: Case) -> bool:
 
 
 def rotate_checks(case: Case, expected: dict, actual: dict) -> dict:
-    """rotate_keys: class U of NU-RO2 on rotated pairs, `ulp_O(ref) + 4 u m`; copies exact.
-    Identities that NU-RO1 declares bitwise (broadcast, permutation, heads) compare exactly."""
+    """rotate_keys: class U of NU-RO2 on rotated pairs, `ulp_O(ref) + 4 u_c m` (u_c: the arithmetic's unit
+    roundoff, float32 at most, tolerance.u_compute); copies exact. Identities that NU-RO1 declares bitwise
+    (broadcast, permutation, heads) compare exactly."""
     if exact_identity(case):
         _, comparable, _ = rotation_regions(case)
         return {"out": (tolerance.exact(f"class E: {case.params['exact_identity']} (NU-RO1)"), comparable)}
-    u = _unit_roundoff(required_out_precision(case))
+    u = tolerance.u_compute(required_out_precision(case))
     tol, mask = _class_u(case, expected["out"], actual.get("out"), 4.0 * u,
-                         "class U (NU-RO2): ulp_O(ref) + 4 u m, m = max(|x|,|y|) of the pair")
+                         "class U (NU-RO2): ulp_O(ref) + 4 u_c m, m = max(|x|,|y|) of the pair, u_c = "
+                         "min(u_O, 2^-24)")
     return {"out": (tol, mask)}
 
 
 def shift_checks(case: Case, expected: dict, actual: dict) -> dict:
-    """shift_keys: class U of NU-RO3 on rotated pairs, `ulp_O(ref) + m (6u + 3u |delta|)`; copies exact."""
+    """shift_keys: class U of NU-RO3 on rotated pairs, `ulp_O(ref) + m (6 u_c + 3 u_c |delta|)`; copies exact."""
     if exact_identity(case):
         _, comparable, _ = rotation_regions(case)
         return {"out": (tolerance.exact(f"class E: {case.params['exact_identity']} (NU-RO1)"), comparable)}
-    u = _unit_roundoff(required_out_precision(case))
+    u = tolerance.u_compute(required_out_precision(case))
     x = case.inputs
     k_shape = np.asarray(x["k_pages"]).shape
     per_token = np.zeros(k_shape[:2])
@@ -247,8 +400,8 @@ def shift_checks(case: Case, expected: dict, actual: dict) -> dict:
     per_token[idx] = np.broadcast_to(d, (idx.shape[0], k_shape[1]))
     extra = 6.0 * u + 3.0 * u * per_token[:, :, None, None]
     tol, mask = _class_u(case, expected["out"], actual.get("out"), extra,
-                         "class U (NU-RO3): ulp_O(ref) + m (6u + 3u |delta|), angle formed in the output "
-                         "precision")
+                         "class U (NU-RO3): ulp_O(ref) + m (6 u_c + 3 u_c |delta|), u_c = min(u_O, 2^-24): "
+                         "angle formed in float32 or wider")
     return {"out": (tol, mask)}
 
 

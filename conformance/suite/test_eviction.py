@@ -39,6 +39,7 @@ def _plan_case(table, acc, counts, config: EvictionConfig) -> Case:
 
 # --- golden cases ----------------------------------------------------------------------------------
 
+#: name -> (acc, counts, step_scores), (acc', counts'); every one requires dtype float64 (its step_scores)
 ACCUMULATE_GOLDEN = {
     # acc' = [acc, 0 x k] + step; counts' = [counts + k, k, ..., 1]                      (EV-4, EV-5)
     "two_new": (([1.0, 2.0], [2, 1], [0.5, 0.25, 4.0]), ([1.5, 2.25, 4.0], [3, 2, 1])),
@@ -97,24 +98,46 @@ def golden_below_threshold():
     return case, _plan([], [3, 1, 0], [], [], [1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
 
 
+def golden_protected_areas_16():
+    # protected_areas at page size 16: start 16, recent 16, max 48 tokens; L = 5 * 16 + 11 = 91: five
+    # full blocks and a partial one (EV-8); k = 5 - 3 = 2 (EV-9); evictable blocks 1, 2, 3. Every token of
+    # block b holds beta_b / 16 ("sum", counts 1..16 ignored): beta = [2, 5, 1, 3, 0.5] and the partial
+    # block 0.125 * 11 / 16; blocks 2 and 3 go (EV-10), blocks 4 and 5 move back by 2 (EV-14).
+    B, beta = 16, [2.0, 5.0, 1.0, 3.0, 0.5, 0.125]
+    acc = np.repeat(np.array(beta) / B, B)[:91]
+    counts = np.tile(np.arange(B, 0, -1), 6)[:91]
+    table = [40, 7, 1000, 3, 64, 65]
+    case = _plan_case(table, acc, counts, EvictionConfig(B, B, B, 3 * B, "sum"))
+    keep = np.concatenate([np.arange(0, 2 * B), np.arange(4 * B, 91)])
+    return case, _plan([2, 3], [40, 7, 64, 65], [64, 65], [2, 2], acc[keep], counts[keep])
+
+
+def _needs(block_size):
+    return dict(dtype="float64", page_size=block_size)
+
+
+#: name -> (builder, clauses, requires): `requires` names exactly what the case's inputs use (the acc dtype,
+#: the block size; ev.golden_requirements derives it, tests/engine/test_small_family_goldens.py compares)
 PLAN_GOLDEN = {
-    "protected_areas": (golden_protected_areas, ("EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14", "EV-15")),
-    "ties": (golden_ties, ("EV-10", "EV-12", "EV-14")),
-    "norm_sum": (golden_norm_sum, ("EV-6", "EV-7", "EV-10", "EV-14")),
-    "sum": (golden_sum, ("EV-6", "EV-7", "EV-14")),
-    "below_threshold": (golden_below_threshold, ("EV-9", "EV-13", "EV-14")),
+    "protected_areas": (golden_protected_areas, ("EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14", "EV-15"),
+                        _needs(2)),
+    "protected_areas_16": (golden_protected_areas_16, ("EV-7", "EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14",
+                                                       "EV-15"), _needs(16)),
+    "ties": (golden_ties, ("EV-10", "EV-12", "EV-14"), _needs(1)),
+    "norm_sum": (golden_norm_sum, ("EV-6", "EV-7", "EV-10", "EV-14"), _needs(2)),
+    "sum": (golden_sum, ("EV-6", "EV-7", "EV-14"), _needs(2)),
+    "below_threshold": (golden_below_threshold, ("EV-9", "EV-13", "EV-14"), _needs(2)),
 }
 
 
 @conformance_test(op="plan_eviction", layer="golden",
-                  clauses=tuple(sorted({c for _, cl in PLAN_GOLDEN.values() for c in cl})))
+                  clauses=tuple(sorted({c for _, cl, _ in PLAN_GOLDEN.values() for c in cl})))
 @pytest.mark.parametrize("name", list(PLAN_GOLDEN))
 def test_plan_eviction_golden(kvc, name):
-    build, clauses = PLAN_GOLDEN[name]
+    build, clauses, needs = PLAN_GOLDEN[name]
     kvc.cite(*clauses)
-    claims = kvc.claims()
+    kvc.require(kvc.claims(), **needs)
     case, expected = build()
-    kvc.require(claims, page_size=case.inputs["config"].block_size)
     kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
 
 
@@ -130,6 +153,26 @@ def test_accumulate_differential(kvc):
                            "EV-15", "EV-16", "NU-4", "NU-EV1", "NU-EV3"))
 def test_plan_eviction_differential(kvc):
     kvc.for_all(ev.plan_cases(kvc.claims()), kvc.check)
+
+
+@conformance_test(op="accumulate_scores", layer="differential", clauses=("EV-3", "EV-4", "EV-5", "EV-16", "NU-4", "NU-EV1", "NU-EV2"))
+@pytest.mark.parametrize("reach", ev.REACH)
+def test_accumulate_reach(kvc, reach):
+    """The reach columns (spec/eviction.md "Reach"): thousands of tokens past one program's tile (long);
+    accumulators from float64 subnormals to 2^1000, narrow step scores at their subnormals and largest
+    value, exact zeros, counts reaching INT32_MAX (range). Still one exact float64 addition (NU-EV2)."""
+    kvc.for_all(ev.accumulate_cases(kvc.claims(), reach), kvc.check, budget=ev.BUDGETS[reach])
+
+
+@conformance_test(op="plan_eviction", layer="differential",
+                  clauses=("EV-1", "EV-6", "EV-7", "EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14",
+                           "EV-15", "EV-16", "NU-4", "NU-EV1", "NU-EV3"))
+@pytest.mark.parametrize("reach", ev.REACH)
+def test_plan_eviction_reach(kvc, reach):
+    """The reach columns: a thousand blocks, hundreds evictable and evicted, past one selection and one
+    scan tile (long); block scores over 2^-90 .. 2^90 with exact zeros and ties, counts near INT32_MAX,
+    physical pages past 2^24 up to INT32_MAX (range). Well conditioned by construction (NU-EV3)."""
+    kvc.for_all(ev.reach_plan_cases(kvc.claims(), reach), kvc.check, budget=ev.BUDGETS[reach])
 
 
 # --- oracle-free properties ------------------------------------------------------------------------

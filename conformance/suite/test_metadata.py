@@ -37,28 +37,42 @@ def _params(op, P=None, **kw):
 
 # --- golden cases ----------------------------------------------------------------------------------
 
-@conformance_test(op="block_table_to_csr", layer="golden", clauses=("MD-1", "MD-2", "MD-3", "MD-4", "MD-6"))
-def test_block_table_to_csr_golden(kvc):
+def golden_block_table_to_csr():
     """P = 2; kv_lens 5, 0, 2 own 3, 0, 1 pages; last lengths 5 - 4 = 1, 0 (empty), 2 (full page);
     -1 entries are padding and row 3 lies past num_seqs (MD-6)."""
-    kvc.require(kvc.claims(), page_size=2)
     table = np.array([[3, 1, 9], [-1, -1, -1], [7, -1, -1], [5, 5, 5]], I32)
     case = Case("block_table_to_csr", dict(page_indices=table, kv_lens=a(5, 0, 2, 6), num_seqs=3, page_size=2),
                 _params("block_table_to_csr", 2, num_seqs=3, tokens=7))
-    kvc.expect(case, kvc.call(case), CsrPageTable(a(0, 3, 3, 4), a(3, 1, 9, 7), a(1, 0, 2)),
-               what="hand-worked value")
+    return case, CsrPageTable(a(0, 3, 3, 4), a(3, 1, 9, 7), a(1, 0, 2))
 
 
-@conformance_test(op="csr_to_block_table", layer="golden", clauses=("MD-3", "MD-4", "MD-5"))
-def test_csr_to_block_table_golden(kvc):
+def golden_block_table_to_csr_16():
+    """P = 16: kv_lens 70, 0, 32 own cdiv = 5, 0, 2 pages; last lengths 70 - 64 = 6, 0, 32 - 16 = 16 (a full
+    page, never 0: MD-3); the rest of each row and row 3 are padding (MD-6)."""
+    table = np.array([[3, 1, 9, 12, 0, -1], [-1] * 6, [7, 5, -1, -1, -1, -1], [2] * 6], I32)
+    case = Case("block_table_to_csr", dict(page_indices=table, kv_lens=a(70, 0, 32, 90), num_seqs=3, page_size=16),
+                _params("block_table_to_csr", 16, num_seqs=3, tokens=102))
+    return case, CsrPageTable(a(0, 5, 5, 7), a(3, 1, 9, 12, 0, 7, 5), a(6, 0, 16))
+
+
+def golden_csr_to_block_table():
     """The CSR table above back: kv_lens (3-1)*2+1 = 5, 0, 2; rows start with each sequence's pages."""
-    kvc.require(kvc.claims(), page_size=2)
     case = Case("csr_to_block_table", dict(kv_indptr=a(0, 3, 3, 4), kv_indices=a(3, 1, 9, 7),
                                            kv_last_page_len=a(1, 0, 2), page_size=2, pages_per_seq=4),
                 _params("csr_to_block_table", 2, num_seqs=3, tokens=7))
     table = np.zeros((3, 4), I32)
     table[0, :3], table[2, 0] = (3, 1, 9), 7
-    kvc.expect(case, kvc.call(case), BlockTable(table, a(5, 0, 2)), what="hand-worked value")
+    return case, BlockTable(table, a(5, 0, 2))
+
+
+def golden_csr_to_block_table_16():
+    """The P = 16 table above back: kv_lens (5 - 1) * 16 + 6 = 70, 0, (2 - 1) * 16 + 16 = 32."""
+    case = Case("csr_to_block_table", dict(kv_indptr=a(0, 5, 5, 7), kv_indices=a(3, 1, 9, 12, 0, 7, 5),
+                                           kv_last_page_len=a(6, 0, 16), page_size=16, pages_per_seq=6),
+                _params("csr_to_block_table", 16, num_seqs=3, tokens=102))
+    table = np.zeros((3, 6), I32)
+    table[0, :5], table[2, :2] = (3, 1, 9, 12, 0), (7, 5)
+    return case, BlockTable(table, a(70, 0, 32))
 
 
 APPEND_GOLDEN = dict(qo_indptr=a(0, 2, 3, 3), kv_indptr=a(0, 2, 3, 3), kv_indices=a(6, 2, 5),
@@ -66,38 +80,80 @@ APPEND_GOLDEN = dict(qo_indptr=a(0, 2, 3, 3), kv_indptr=a(0, 2, 3, 3), kv_indice
 # P = 4. seq 0: pages [6, 2], kv_len 4 + 3 = 7, q_len 2: positions 5, 6 in page 2: slots 9, 10.
 # seq 1: page [5], kv_len 1, q_len 1: position 0: slot 20. seq 2: empty, q_len 0.
 APPEND_SLOTS = a(9, 10, 20)
+APPEND_GOLDEN_16 = dict(qo_indptr=a(0, 6, 22, 22), kv_indptr=a(0, 3, 4, 4), kv_indices=a(6, 2, 9, 5),
+                        kv_last_page_len=a(5, 16, 0), page_size=16)
+# P = 16. seq 0: pages [6, 2, 9], kv_len 2 * 16 + 5 = 37, q_len 6: positions 31 .. 36; 31 is slot 15 of
+# page 2 (2 * 16 + 15 = 47), 32 .. 36 slots 0 .. 4 of page 9 (144 .. 148), across a page boundary.
+# seq 1: page [5], kv_len 16 (a full page), q_len 16: the whole page, slots 80 .. 95. seq 2: empty.
+APPEND_SLOTS_16 = np.concatenate([a(47, 144, 145, 146, 147, 148), np.arange(80, 96, dtype=I32)])
 
 
-@conformance_test(op="append_slot_mapping", layer="golden", clauses=("MD-7",))
-def test_append_slot_mapping_golden(kvc):
-    kvc.require(kvc.claims(), page_size=4)
-    case = Case("append_slot_mapping", dict(APPEND_GOLDEN), _params("append_slot_mapping", 4, num_seqs=3, tokens=3))
-    kvc.expect(case, kvc.call(case), APPEND_SLOTS, what="hand-worked value")
+def _append(x, slots, P):
+    return Case("append_slot_mapping", dict(x), _params("append_slot_mapping", P, num_seqs=3,
+                                                         tokens=int(x["qo_indptr"][-1]))), slots
 
 
-@conformance_test(op="arena_layout", layer="golden", clauses=("MD-8", "MD-9"))
-def test_arena_layout_golden(kvc):
-    """Alignment 16 from start 4: 16; 16 + 8 = 24 -> 32; 32 + 12 = 44 -> 48; the empty array at 48;
-    copy to 48 + 4 = 52, arena 64 bytes (TVM #16831's packing, not 256-byte slots)."""
-    kvc.claims()
-    case = Case("arena_layout", dict(nbytes=a(8, 12, 0, 4, dtype=I64), alignment=16, start=4),
-                dict(dtype="int64", kv_dtype="int64", arrays=4, tokens=0))
-    kvc.expect(case, kvc.call(case), ArenaLayout(a(16, 32, 48, 48, dtype=I64), np.array(52, I64),
-                                                 np.array(64, I64)), what="hand-worked value")
-
-
-@conformance_test(op="slot_mapping_from_arena", layer="golden", clauses=("MD-8", "MD-10"))
-def test_slot_mapping_from_arena_golden(kvc):
-    """The append golden's four arrays packed at 16-byte alignment from byte 8 (offsets 16, 32, 48, 64)
-    in an arena of 0xAB garbage: the same slots 9, 10, 20."""
-    kvc.require(kvc.claims(), page_size=4)
-    x = APPEND_GOLDEN
+def _from_arena(x, slots, P):
+    """The append arrays packed at 16-byte alignment from byte 8 (offsets 16, 32, 48, 64 for P = 4) in an
+    arena of 0xAB garbage: the same slots (MD-8, MD-10)."""
     arena, offsets = reference.pack_arena([x["qo_indptr"], x["kv_indptr"], x["kv_indices"], x["kv_last_page_len"]],
                                           16, start=8, fill=0xAB)
-    assert [int(o) for o in offsets] == [16, 32, 48, 64]
-    case = Case("slot_mapping_from_arena", dict(arena=arena, offsets=offsets, num_seqs=3, page_size=4),
-                dict(dtype="int32", kv_dtype="uint8", page_size=4, num_seqs=3, tokens=3))
-    kvc.expect(case, kvc.call(case), APPEND_SLOTS, what="hand-worked value")
+    case = Case("slot_mapping_from_arena", dict(arena=arena, offsets=offsets, num_seqs=3, page_size=P),
+                dict(dtype="int32", kv_dtype="uint8", page_size=P, num_seqs=3, tokens=int(x["qo_indptr"][-1])))
+    return case, slots
+
+
+def golden_arena_layout():
+    """Alignment 16 from start 4: 16; 16 + 8 = 24 -> 32; 32 + 12 = 44 -> 48; the empty array at 48;
+    copy to 48 + 4 = 52, arena 64 bytes (TVM #16831's packing, not 256-byte slots)."""
+    case = Case("arena_layout", dict(nbytes=a(8, 12, 0, 4, dtype=I64), alignment=16, start=4),
+                dict(dtype="int64", kv_dtype="int64", arrays=4, tokens=0))
+    return case, ArenaLayout(a(16, 32, 48, 48, dtype=I64), np.array(52, I64), np.array(64, I64))
+
+
+#: name -> (builder, op, clauses, requires): builder() -> (case, expected); `requires` names exactly what the
+#: case's inputs use: the page size where the op takes one (md.golden_requirements derives it from the case,
+#: tests/engine/test_small_family_goldens.py compares). The metadata ops have no feature or dtype claims.
+GOLDENS = {
+    "block_table_to_csr": (golden_block_table_to_csr, "block_table_to_csr",
+                           ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6"), {"page_size": 2}),
+    "block_table_to_csr_16": (golden_block_table_to_csr_16, "block_table_to_csr",
+                              ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6"), {"page_size": 16}),
+    "csr_to_block_table": (golden_csr_to_block_table, "csr_to_block_table", ("MD-3", "MD-4", "MD-5"),
+                           {"page_size": 2}),
+    "csr_to_block_table_16": (golden_csr_to_block_table_16, "csr_to_block_table", ("MD-3", "MD-4", "MD-5"),
+                              {"page_size": 16}),
+    "append": (lambda: _append(APPEND_GOLDEN, APPEND_SLOTS, 4), "append_slot_mapping", ("MD-7",), {"page_size": 4}),
+    "append_16": (lambda: _append(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16), "append_slot_mapping", ("MD-7",),
+                  {"page_size": 16}),
+    "arena_layout": (golden_arena_layout, "arena_layout", ("MD-8", "MD-9"), {}),
+    "from_arena": (lambda: _from_arena(APPEND_GOLDEN, APPEND_SLOTS, 4), "slot_mapping_from_arena",
+                   ("MD-8", "MD-10"), {"page_size": 4}),
+    "from_arena_16": (lambda: _from_arena(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16), "slot_mapping_from_arena",
+                      ("MD-8", "MD-10"), {"page_size": 16}),
+}
+
+
+def _golden_test(op):
+    names = [n for n, g in GOLDENS.items() if g[1] == op]
+
+    @conformance_test(op=op, layer="golden", clauses=tuple(sorted({c for n in names for c in GOLDENS[n][2]})))
+    @pytest.mark.parametrize("name", names)
+    def test(kvc, name):
+        build, _, clauses, needs = GOLDENS[name]
+        kvc.cite(*clauses)
+        kvc.require(kvc.claims(), **needs)
+        case, expected = build()
+        kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+    test.__name__ = f"test_{op}_golden"
+    return test
+
+
+test_block_table_to_csr_golden = _golden_test("block_table_to_csr")
+test_csr_to_block_table_golden = _golden_test("csr_to_block_table")
+test_append_slot_mapping_golden = _golden_test("append_slot_mapping")
+test_arena_layout_golden = _golden_test("arena_layout")
+test_slot_mapping_from_arena_golden = _golden_test("slot_mapping_from_arena")
 
 
 def _manager_script():
@@ -137,15 +193,41 @@ def _manager_script():
     ]
 
 
+def _manager_script_16():
+    """(command keywords, expected fields) with P = 16 and 6 pages, worked by hand (MD-12 .. MD-18)."""
+    return 16, 6, [
+        (dict(command="add", seq=3), dict(seq_ids=a(3), kv_indptr=a(0, 0), ref_counts=a(0, 0, 0, 0, 0, 0))),
+        # positions 0..19: page 0 holds 0..15 (slots 0..15), page 1 holds 16..19 (slots 16..19)
+        (dict(command="append", seq=3, n=20), dict(kv_indices=a(0, 1), slots=np.arange(20, dtype=I32),
+                                                   ref_counts=a(1, 1, 0, 0, 0, 0), kv_last_page_len=a(4))),
+        # fork at 18: page 0 shared (count 2); 18 % 16 = 2 tokens of page 1 copied to page 2 (MD-16)
+        (dict(command="fork", seq=8, parent=3, pos=18),
+         dict(seq_ids=a(3, 8), seq_lens=a(20, 18), kv_indices=a(0, 1, 0, 2), ref_counts=a(2, 1, 1, 0, 0, 0),
+              copies=a(1, 2, 2).reshape(1, 3), kv_last_page_len=a(4, 2))),
+        # append 15 to seq 8: positions 18..31 fill page 2 (slots 34..47), position 32 opens page 3 (slot 48)
+        (dict(command="append", seq=8, n=15),
+         dict(slots=np.arange(34, 49, dtype=I32), kv_indices=a(0, 1, 0, 2, 3), ref_counts=a(2, 1, 1, 1, 0, 0),
+              kv_last_page_len=a(4, 1))),
+        # pop 14 of seq 3's 20: page 1 freed; shared page 0 now partial at 6: copied into page 1 (MD-17)
+        (dict(command="pop", seq=3, n=14),
+         dict(seq_lens=a(6, 33), kv_indices=a(1, 0, 2, 3), copies=a(0, 1, 6).reshape(1, 3),
+              ref_counts=a(1, 1, 1, 1, 0, 0), kv_last_page_len=a(6, 1))),
+        (dict(command="remove", seq=8), dict(seq_ids=a(3), kv_indices=a(1), ref_counts=a(0, 1, 0, 0, 0, 0))),
+    ]
+
+
 MANAGER_CLAUSES = ("MD-11", "MD-12", "MD-13", "MD-14", "MD-15", "MD-16", "MD-17", "MD-18", "MD-19", "MD-20",
                    "MD-21")
+#: name -> script builder; each requires its page size only (the first value the builder returns)
+MANAGER_GOLDENS = {"script": _manager_script, "script_16": _manager_script_16}
 
 
 @conformance_test(op="page_table_step", layer="golden", clauses=MANAGER_CLAUSES)
-def test_page_table_step_golden(kvc):
+@pytest.mark.parametrize("name", list(MANAGER_GOLDENS))
+def test_page_table_step_golden(kvc, name):
     """A hand-worked script; each step compares the fields worked out here, then the whole step with the
     reference, and carries the backend's own state forward."""
-    P, pages, script = _manager_script()
+    P, pages, script = MANAGER_GOLDENS[name]()
     kvc.require(kvc.claims(), page_size=P)
     state = reference.empty_page_table(pages)
     for i, (cmd, fields) in enumerate(script):
@@ -184,6 +266,26 @@ test_append_slot_mapping_differential = _differential("append_slot_mapping")
 test_arena_layout_differential = _differential("arena_layout")
 test_slot_mapping_from_arena_differential = _differential("slot_mapping_from_arena")
 test_page_table_step_differential = _differential("page_table_step")
+
+
+def _reach(op):
+    _, clauses = DIFFERENTIAL[op]
+
+    @conformance_test(op=op, layer="differential", clauses=clauses)
+    @pytest.mark.parametrize("reach", md.REACH)
+    def test(kvc, reach):
+        kvc.for_all(md.REACH_CASES[op](kvc.claims(), reach), kvc.check, budget=md.BUDGETS[reach])
+    test.__name__ = f"test_{op}_reach"
+    test.__doc__ = f"The reach columns of {op} (spec/metadata.md \"Reach: sizes and values drawn\")."
+    return test
+
+
+test_block_table_to_csr_reach = _reach("block_table_to_csr")
+test_csr_to_block_table_reach = _reach("csr_to_block_table")
+test_append_slot_mapping_reach = _reach("append_slot_mapping")
+test_arena_layout_reach = _reach("arena_layout")
+test_slot_mapping_from_arena_reach = _reach("slot_mapping_from_arena")
+test_page_table_step_reach = _reach("page_table_step")
 
 
 # --- oracle-free properties ------------------------------------------------------------------------

@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
+from kvconform.conformance import goldens
 from kvconform.conformance.case import Case
+from kvconform.conformance.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import recurrent as rs
@@ -48,7 +50,8 @@ def _differential(kvc, op, variant):
     base = gdn.VARIANTS[op][0]
     kvc.cite(*dict.fromkeys(base.clauses + variant.clauses + NUMERICS))
     claims = kvc.claims(features=variant.features)
-    kvc.for_all(gdn.STRATEGIES[op](claims, variant), kvc.check, budget=rs.LONG_BUDGET if variant.long else 1.0)
+    for kw, budget in rs.column_runs(op, variant):
+        kvc.for_all(gdn.STRATEGIES[op](claims, variant, **kw), kvc.check, budget=budget)
 
 
 @conformance_test(op=UPDATE, layer="differential", clauses=_clauses(gdn.GDN_UPDATE_VARIANTS))
@@ -127,7 +130,7 @@ def _pool(rows):
     return pool
 
 
-def golden_update_token():
+def golden_update_token(options):
     q, k, v, g, beta = _two_tokens()
     pool = _pool([None, [1, 2]])
     case = Case(UPDATE, dict(q=q[:1], k=k[:1], v=v[:1], g=g[:1], beta=beta[:1], state=pool, scale=1.0,
@@ -135,7 +138,7 @@ def golden_update_token():
     return case, GatedDeltaUpdate(np.array([[[2.75]]]), _pool([None, [1.75, 1]]))
 
 
-def golden_update_padding():
+def golden_update_padding(options):
     """Row 0 is padding (-1, NaN inputs): out row 0 exactly 0, pool untouched; row 1 as token 2 above from
     S = [1.75, 1] in slot 0."""
     q, k, v, g, beta = _two_tokens()
@@ -146,7 +149,7 @@ def golden_update_padding():
     return case, GatedDeltaUpdate(np.array([[[0.0]], [[1.75]]]), _pool([[1.75, 0], [5, 6]]))
 
 
-def golden_update_heads():
+def golden_update_heads(options):
     """H = 4 state heads over Hk = 2 q/k heads (heads 0, 1 read q/k head 0; 2, 3 read head 1), zero state,
     g = 0, beta = 1, scale 1, V = 1: out[h] = (q_j . k_j) v[h] = [1, 2, 6, 8]; a tiled h % Hk mapping gives
     [1, 4, 3, 8]. State rows S[h] = k_j v[h]."""
@@ -162,7 +165,7 @@ def golden_update_heads():
 
 
 def _golden_chunked(chunk):
-    def build():
+    def build(options):
         q, k, v, g, beta = _two_tokens()
         pool = _pool([[1, 2], None])
         case = Case(CHUNKED, dict(q=q, k=k, v=v, g=g, beta=beta, state=pool, cu_seqlens=np.array([0, 2], np.int32),
@@ -171,7 +174,7 @@ def _golden_chunked(chunk):
     return build
 
 
-def golden_chunked_fresh_and_empty():
+def golden_chunked_fresh_and_empty(options):
     """Sequence 0 fresh over an inf row (starts from zeros, RS-5): token 1 gives S = [1.5, 0] (u = 0.5 * 3),
     out = 1.5; token 2: S^T k = 0, u = 0, out = S^T [1, 0] = 1.5. Sequence 1 is empty and keeps its row."""
     q, k, v, g, beta = _two_tokens()
@@ -181,34 +184,27 @@ def golden_chunked_fresh_and_empty():
     return case, GatedDeltaScan(np.array([[[1.5]], [[1.5]]]), _pool([[1.5, 0], [7, 8]]))
 
 
-GOLDENS = {
-    "update_token": (golden_update_token, UPDATE, ("RS-30", "RS-31", "RS-4"), ("state_indices",)),
-    "update_padding": (golden_update_padding, UPDATE, ("RS-31", "RS-3", "RS-4"), ("state_indices", "padding_slots")),
-    "update_heads": (golden_update_heads, UPDATE, ("RS-28",), ()),
-    "chunked_chunk1": (_golden_chunked(1), CHUNKED, ("RS-32", "RS-33"), ()),
-    "chunked_chunk64": (_golden_chunked(64), CHUNKED, ("RS-32", "RS-33"), ()),
-    "chunked_fresh_empty": (golden_chunked_fresh_and_empty, CHUNKED, ("RS-5", "RS-32"), ("initial_states",)),
-}
-
-
-def _golden(kvc, name):
-    build, _, clauses, features = GOLDENS[name]
-    kvc.cite(*clauses)
-    claims = kvc.claims(features=features)
-    kvc.require(claims, dtype="float32", kv_dtype="float32")
-    case, expected = build()
-    case.params.update(dtype="float32", kv_dtype="float32", golden=name)
-    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+_GOLDENS = (
+    Golden("update_token", UPDATE, golden_update_token, ("RS-30", "RS-31", "RS-4"), ("state_indices",)),
+    Golden("update_padding", UPDATE, golden_update_padding, ("RS-31", "RS-3", "RS-4"), ("state_indices", "padding_slots")),
+    Golden("update_heads", UPDATE, golden_update_heads, ("RS-28",)),
+    Golden("chunked_chunk1", CHUNKED, _golden_chunked(1), ("RS-32", "RS-33")),
+    Golden("chunked_chunk64", CHUNKED, _golden_chunked(64), ("RS-32", "RS-33")),
+    Golden("chunked_fresh_empty", CHUNKED, golden_chunked_fresh_and_empty, ("RS-5", "RS-32"), ("initial_states",)),
+)
+_BY_NAME = {g.name: g for g in _GOLDENS}
+#: restated at the head dims of Qwen3-Next / Kimi Linear (K = V = 128, RS-42), so that a backend claiming
+#: only real sizes (or K == V, RS-40) runs goldens too
+GOLDENS = _GOLDENS + (
+    goldens.restated_at(_BY_NAME["update_heads"], "update_heads_real", dict(
+        q=(1, 2, 128), k=(1, 2, 128), v=(1, 4, 128), state=(1, 4, 128, 128), out=(1, 4, 128))),
+    goldens.restated_at(_BY_NAME["chunked_chunk64"], "chunked_chunk64_real", dict(
+        q=(2, 1, 128), k=(2, 1, 128), v=(2, 1, 128), state=(2, 1, 128, 128), out=(2, 1, 128))),
+)
 
 
 def _golden_test(op):
-    names = sorted(n for n, g in GOLDENS.items() if g[1] == op)
-
-    @conformance_test(op=op, layer="golden", clauses=tuple(sorted({c for n in names for c in GOLDENS[n][2]})))
-    @pytest.mark.parametrize("name", names)
-    def test(kvc, name):
-        _golden(kvc, name)
-    return test
+    return goldens.suite_test(op, GOLDENS, rs.USES[op], rs.conventions)
 
 
 test_gdn_update_golden = _golden_test(UPDATE)
@@ -275,7 +271,7 @@ def test_gdn_chunked_equals_token_by_token(kvc):
 def test_gdn_chunked_equals_token_by_token_long(kvc):
     """The same across kernel chunk ends: one sequence of 9 … 20 tokens under two hints of
     (8, 16, 1, 3, 4, 64): the state carried from one chunk into the next is the token-by-token state."""
-    _chunked_vs_token_by_token(kvc, gdn.GDN_CHUNKED_VARIANTS[-1], rs.LONG_CHUNK_SIZES + (64,), 1, 0.12)
+    _chunked_vs_token_by_token(kvc, rs.column(CHUNKED, "long"), rs.LONG_CHUNK_SIZES + (64,), 1, 0.12)
 
 
 # --- properties: no leakage (RS-7, RS-34c) ---------------------------------------------------------
@@ -376,7 +372,7 @@ def _split_test(variant, budget=0.4):
 
 
 test_gdn_chunked_split_calls = _split_test(gdn.GDN_CHUNKED_VARIANTS[0])
-test_gdn_chunked_split_calls_long = _split_test(gdn.GDN_CHUNKED_VARIANTS[-1], 0.12)
+test_gdn_chunked_split_calls_long = _split_test(rs.column(CHUNKED, "long"), 0.12)
 
 
 # --- errors: malformed input is rejected ------------------------------------------------------------

@@ -18,6 +18,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
+from kvconform.conformance.strategies import recurrent as rs
+from kvconform.conformance.strategies import recurrent_reach as reach
 from kvconform.conformance.strategies import recurrent_store as rstore
 from kvconform.conformance.strategies.malformed import recurrent_store as rstore_bad
 from kvconform.conformance.strategies.values import reseeded
@@ -109,6 +111,23 @@ def test_store_step_differential(kvc, command):
     """A drawn history, then one `command`: every field exact, pools on the rows in use."""
     claims = kvc.claims()
     kvc.for_all(rstore.store_step_cases(claims, rstore.command_variant(command)), kvc.check, budget=0.4)
+
+
+@conformance_test(op=OP, layer="differential", clauses=("RS-21", "RS-22", "RS-42"))
+def test_store_step_long(kvc):
+    """The long column: one assignment of hundreds of sequences over hundreds of slots (`rows`), and rows
+    of real sizes (`state`: 257+ conv channels, SSM state sizes past 128), every field exact."""
+    claims = kvc.claims()
+    for tier in reach.LONG_TIERS[OP]:
+        kvc.for_all(rstore.store_step_cases(claims, rs.column(OP, "long"), tier=tier), kvc.check,
+                    budget=reach.TIER_BUDGET)
+
+
+@conformance_test(op=OP, layer="differential", clauses=("RS-22", "RS-25", "RS-26", "RS-43", "NU-R1", "NU-R5"))
+def test_store_step_range(kvc):
+    """The range column: rows holding the edges of the pool format (+-0.0, subnormals, the largest finite,
+    +-inf, NaN payloads), moved by any command: every live row bit for bit (NaN as NaN)."""
+    kvc.for_all(rstore.store_step_cases(kvc.claims(), rs.column(OP, "range")), kvc.check, budget=reach.RANGE_BUDGET)
 
 
 # --- properties ------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ both families); the evict -> re-rotate -> attend invariant (RO-13) in test_evict
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -22,6 +23,7 @@ from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import rotation as ro
 from kvconform.conformance.strategies.malformed import rotation as ro_bad
 from kvconform.conformance.strategies.values import reseeded
+from kvconform.reference.dtypes import resolve_dtype
 
 NAN = np.nan
 ROTATE_CLAUSES = ("RO-1", "RO-2", "RO-5", "RO-6", "RO-8", "RO-9", "RO-11")
@@ -73,57 +75,79 @@ def _golden_pool():
     return pool
 
 
-@conformance_test(op="rotate_keys", layer="golden", clauses=("RO-1", "RO-2", "RO-5", "RO-7", "RO-9"))
-@pytest.mark.parametrize("form", ["per_block", "per_token"])
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_rotate_keys_golden(kvc, layout, form):
+def _params(kv_dtype, layout="half", dtype=None):
+    return {"dtype": dtype or kv_dtype, "kv_dtype": kv_dtype, "layout": layout}
+
+
+def golden_pair_updates(layout, form):
     """Hand-worked pair updates in both layouts; [n, 1] rows reach every token, [n, page_size] rows
     pick per token (RO-7): per-token row [1, 0] rotates token 0 only."""
-    claims = kvc.claims(features=(f"{form}_deltas",))
-    kvc.require(claims, kv_dtype="float32", dtype="float32", page_size=2, head_dim=4)
-    _need_layout(claims, layout)
     pool = _golden_pool()
     deltas = [[0], [1]] if form == "per_block" else [[0, 0], [1, 0]]
     case = Case("rotate_keys", dict(k_pages=pool, rotated_block_indices=np.array([0, 2], np.int32),
                                     rotation_deltas=np.array(deltas, np.int32),
-                                    trig_lut=np.array(LUT, np.float32), layout=layout),
-                {"dtype": "float32", "kv_dtype": "float32", "layout": layout})
+                                    trig_lut=np.array(LUT, np.float32), layout=layout), _params("float32", layout))
     expected = pool.astype(np.float64)
     expected[2, 0, 0] = ROW1[layout][0]
     if form == "per_block":
         expected[2, 1, 0] = ROW1[layout][1]
-    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+    return case, expected
 
 
-@conformance_test(op="rotate_keys", layer="golden", clauses=("RO-1", "RO-2", "RO-9"))
-def test_rotate_keys_partial_rotary_golden(kvc):
+def golden_partial_rotary():
     """rotary_dim = 2 of D = 4, half layout: the only pair is dims (0, 1); dims 2, 3 are copied even
     when they hold NaN (RO-1, RO-2). Row [0, 1] maps (x, y) to (-y, x)."""
-    claims = kvc.claims(features=("per_block_deltas", "partial_rotary"))
-    kvc.require(claims, kv_dtype="float32", dtype="float32", page_size=2, head_dim=4)
-    _need_layout(claims, "half")
     pool = np.array([[[[1.0, 2.0, NAN, 7.0]], [[-3.0, 0.5, 6.0, NAN]]]], np.float32)
     case = Case("rotate_keys", dict(k_pages=pool, rotated_block_indices=np.array([0], np.int32),
                                     rotation_deltas=np.array([[1]], np.int32),
                                     trig_lut=np.array([[1.0, 0.0], [0.0, 1.0]], np.float32),
-                                    layout="half", rotary_dim=2),
-                {"dtype": "float32", "kv_dtype": "float32", "layout": "half"})
-    expected = np.array([[[[-2.0, 1.0, NAN, 7.0]], [[-0.5, -3.0, 6.0, NAN]]]])
-    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+                                    layout="half", rotary_dim=2), _params("float32"))
+    return case, np.array([[[[-2.0, 1.0, NAN, 7.0]], [[-0.5, -3.0, 6.0, NAN]]]])
 
 
-@conformance_test(op="shift_keys", layer="golden", clauses=("RO-2", "RO-3", "RO-5", "RO-7", "RO-10"))
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_shift_keys_golden(kvc, layout):
+def golden_no_blocks():
+    """n = 0 is allowed and returns the pool unchanged, NaN included (RO-8, RO-11)."""
+    pool = _golden_pool()
+    case = Case("rotate_keys", dict(k_pages=pool, rotated_block_indices=np.zeros(0, np.int32),
+                                    rotation_deltas=np.zeros((0, 1), np.int32),
+                                    trig_lut=np.array(LUT, np.float32)), _params("float32"))
+    return case, pool.astype(np.float64)
+
+
+def _real_pool(kv_dtype, pages, page_size, hkv, head_dim):
+    """Small integers (exact in float16 and bfloat16), different in every slot, head and dim."""
+    values = (np.arange(pages * page_size * hkv * head_dim) * 7) % 61 - 30
+    return values.reshape(pages, page_size, hkv, head_dim).astype(np.float64), \
+        values.reshape(pages, page_size, hkv, head_dim).astype(resolve_dtype(kv_dtype))
+
+
+def golden_real_size(kv_dtype):
+    """Head dim 128, page size 16, 2 KV heads, half layout (RO-2, RO-9): pages 2 and 0 of 3 rotated by the
+    quarter-turn LUT, row 1 and row 3: row r turns pair j by (r (j + 1)) mod 4 quarter turns, c, s in
+    {0, +-1}, so every output is a key value or its negation, exact in the cache's dtype."""
+    D, h = 128, 64
+    exact, pool = _real_pool(kv_dtype, 3, 16, 2, D)
+    lut = _quarter_turn_lut(D, resolve_dtype(kv_dtype))
+    expected = exact.copy()
+    for page, row in ((2, 1), (0, 3)):
+        for j in range(h):
+            c, s = float(lut[row, j]), float(lut[row, j + h])
+            x, y = exact[page, :, :, j].copy(), exact[page, :, :, j + h].copy()
+            expected[page, :, :, j] = x * c - y * s            # RO-5
+            expected[page, :, :, j + h] = x * s + y * c
+    case = Case("rotate_keys", dict(k_pages=pool, rotated_block_indices=np.array([2, 0], np.int32),
+                                    rotation_deltas=np.array([[1], [3]], np.int32), trig_lut=lut),
+                _params(kv_dtype))
+    return case, expected
+
+
+def golden_shift(layout):
     """theta = 100, D = 4: w = [1, 100^(-1/2)] (RO-3); per-token deltas [3, -2]: token 0 moves by +3,
     token 1 by -2 (RO-10). Expected from math.cos / math.sin of the pinned float64 angles."""
-    claims = kvc.claims(features=("per_token_deltas", "negative_deltas"))
-    kvc.require(claims, kv_dtype="float32", page_size=2, head_dim=4)
-    _need_layout(claims, layout)
     pool = np.array([[[TOKENS[0]], [TOKENS[1]]]], np.float32)
     case = Case("shift_keys", dict(k_pages=pool, rotated_block_indices=np.array([0], np.int32),
                                    position_deltas=np.array([[3, -2]], np.int32), theta=100.0, layout=layout),
-                {"dtype": "float32", "kv_dtype": "float32", "layout": layout})
+                _params("float32", layout))
     w = [1.0, 100.0 ** (-2.0 / 4.0)]
     pairs = [(0, 2), (1, 3)] if layout == "half" else [(0, 1), (2, 3)]
     expected = np.zeros((1, 2, 1, 4))
@@ -134,20 +158,81 @@ def test_shift_keys_golden(kvc, layout):
             x, y = TOKENS[t][a], TOKENS[t][b]
             expected[0, t, 0, a] = x * c - y * s
             expected[0, t, 0, b] = x * s + y * c
+    return case, expected
+
+
+def golden_shift_real_size():
+    """Llama-3's theta 500000, head dim 128, page size 16: page 1 of 2 moved by 4099 tokens (RO-3, RO-10);
+    expected from math.cos / math.sin of fl64(4099 * w_j), w_j = 500000 ** (-2j / 128)."""
+    D, h, delta = 128, 64, 4099
+    exact, pool = _real_pool("float32", 2, 16, 1, D)
+    expected = exact.copy()
+    for j in range(h):
+        angle = float(delta) * 500000.0 ** (-(2.0 * j) / D)
+        c, s = math.cos(angle), math.sin(angle)
+        x, y = exact[1, :, :, j].copy(), exact[1, :, :, j + h].copy()
+        expected[1, :, :, j] = x * c - y * s
+        expected[1, :, :, j + h] = x * s + y * c
+    case = Case("shift_keys", dict(k_pages=pool, rotated_block_indices=np.array([1], np.int32),
+                                   position_deltas=np.array([[delta]], np.int32), theta=500000.0),
+                _params("float32"))
+    return case, expected
+
+
+def _needs(features, kv_dtype="float32", dtype="float32", page_size=2, head_dim=4, layout="half"):
+    return dict(features=features, dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim,
+                layout=layout)
+
+
+#: name -> (builder, clauses, requires). builder() -> (case, expected); `requires` names exactly what the
+#: case's inputs use (ro.golden_requirements derives it from them; tests/engine/test_small_family_goldens.py
+#: checks the two agree): claimed features, LUT dtype (`dtype`; None for shift_keys, which has no LUT),
+#: cache dtype, page size, head dim, layout.
+ROTATE_GOLDENS = {
+    **{f"{layout}_{form}": (functools.partial(golden_pair_updates, layout, form),
+                            ("RO-1", "RO-2", "RO-5", "RO-7", "RO-9"), _needs((f"{form}_deltas",), layout=layout))
+       for layout in ("half", "interleaved") for form in ("per_block", "per_token")},
+    "partial_rotary": (golden_partial_rotary, ("RO-1", "RO-2", "RO-9"),
+                       _needs(("partial_rotary", "per_block_deltas"))),
+    "no_blocks": (golden_no_blocks, ("RO-8", "RO-11"), _needs(("per_block_deltas",))),
+    **{f"real_size_{kv}": (functools.partial(golden_real_size, kv), ("RO-1", "RO-2", "RO-5", "RO-7", "RO-9"),
+                           _needs(("per_block_deltas",), kv_dtype=kv, dtype=kv, page_size=16, head_dim=128))
+       for kv in ("float32", "bfloat16", "float16")},
+}
+SHIFT_GOLDENS = {
+    **{f"{layout}_per_token_negative": (functools.partial(golden_shift, layout),
+                                        ("RO-2", "RO-3", "RO-5", "RO-7", "RO-10"),
+                                        _needs(("negative_deltas", "per_token_deltas"), dtype=None, layout=layout))
+       for layout in ("half", "interleaved")},
+    "real_size": (golden_shift_real_size, ("RO-2", "RO-3", "RO-5", "RO-10"),
+                  _needs(("per_block_deltas",), dtype=None, page_size=16, head_dim=128)),
+}
+
+
+def _golden(kvc, table, name):
+    build, clauses, needs = table[name]
+    kvc.cite(*clauses)
+    claims = kvc.claims(features=needs["features"])
+    kvc.require(claims, **{k: needs[k] for k in ("dtype", "kv_dtype", "page_size", "head_dim") if needs[k]})
+    _need_layout(claims, needs["layout"])
+    case, expected = build()
     kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
 
 
-@conformance_test(op="rotate_keys", layer="golden", clauses=("RO-8", "RO-11"))
-def test_rotate_keys_no_blocks_is_a_copy(kvc):
-    """n = 0 is allowed and returns the pool unchanged, NaN included (RO-8, RO-11)."""
-    claims = kvc.claims(features=("per_block_deltas",))
-    kvc.require(claims, kv_dtype="float32", dtype="float32", page_size=2, head_dim=4)
-    pool = _golden_pool()
-    case = Case("rotate_keys", dict(k_pages=pool, rotated_block_indices=np.zeros(0, np.int32),
-                                    rotation_deltas=np.zeros((0, 1), np.int32),
-                                    trig_lut=np.array(LUT, np.float32)),
-                {"dtype": "float32", "kv_dtype": "float32"})
-    kvc.expect(case, kvc.call(case), pool.astype(np.float64), what="input pool")
+def _clauses(table):
+    return tuple(sorted({c for _, clauses, _ in table.values() for c in clauses}))
+
+
+@conformance_test(op="rotate_keys", layer="golden", clauses=_clauses(ROTATE_GOLDENS))
+@pytest.mark.parametrize("name", list(ROTATE_GOLDENS))
+def test_rotate_keys_golden(kvc, name):
+    _golden(kvc, ROTATE_GOLDENS, name)
+
+
+@conformance_test(op="shift_keys", layer="golden", clauses=_clauses(SHIFT_GOLDENS))
+@pytest.mark.parametrize("name", list(SHIFT_GOLDENS))
+def test_shift_keys_golden(kvc, name):
+    _golden(kvc, SHIFT_GOLDENS, name)
 
 
 # --- differential ----------------------------------------------------------------------------------
@@ -157,7 +242,7 @@ def test_rotate_keys_no_blocks_is_a_copy(kvc):
 def test_rotate_keys_differential(kvc, variant):
     kvc.cite(*dict.fromkeys(ROTATE_CLAUSES + variant.clauses + ROTATE_NUMERICS))
     claims = kvc.claims(features=variant.features)
-    kvc.for_all(ro.rotate_keys_cases(claims, variant), kvc.check)
+    kvc.for_all(ro.rotate_keys_cases(claims, variant), kvc.check, budget=ro.BUDGETS.get(variant.reach, 1.0))
 
 
 @conformance_test(op="shift_keys", layer="differential", clauses=ALL_SHIFT)
@@ -165,7 +250,7 @@ def test_rotate_keys_differential(kvc, variant):
 def test_shift_keys_differential(kvc, variant):
     kvc.cite(*dict.fromkeys(SHIFT_CLAUSES + variant.clauses + SHIFT_NUMERICS))
     claims = kvc.claims(features=variant.features)
-    kvc.for_all(ro.shift_keys_cases(claims, variant), kvc.check)
+    kvc.for_all(ro.shift_keys_cases(claims, variant), kvc.check, budget=ro.BUDGETS.get(variant.reach, 1.0))
 
 
 # --- poison and anti-gaming properties ------------------------------------------------------------

@@ -182,6 +182,16 @@ def _chunk(S, q, k, v, g, beta, scale):
     return out, S_end
 
 
+def _state_dims(pool: np.ndarray) -> tuple[int, int, int, int]:
+    """(num_slots, H, K, V) of the pool; H, K and V must be >= 1 (RS-28): an empty head, key or value
+    dimension is no layer (and K = 0 has no default scale K ** -0.5)."""
+    num_slots, heads, dk, dv = pool.shape
+    require(heads >= 1 and dk >= 1 and dv >= 1,
+            f"state must have H >= 1 heads, key dim K >= 1 and value dim V >= 1 (RS-28), "
+            f"got shape {tuple(pool.shape)} [num_slots, H, K, V]")
+    return num_slots, heads, dk, dv
+
+
 def _heads_inputs(rows: str, heads: int, dk: int, dv: int, q, k, v, g, beta):
     qa = float_input("q", q, 3, f"[{rows}, Hk, K]")
     count, qk_h = qa.shape[0], qa.shape[1]
@@ -208,7 +218,7 @@ def validate_gated_delta_rule_update(q, k, v, g, beta, state, *, scale=None, use
     """Check every argument of `gated_delta_rule_update` (RS-2 … RS-6, RS-28 … RS-31) and return them
     normalised. Raises ValueError, or TypeError for a wrong type or dtype, naming the argument."""
     pool = pool_input("state", state, 4, "[num_slots, H, K, V]")
-    num_slots, heads, dk, dv = pool.shape
+    num_slots, heads, dk, dv = _state_dims(pool)
     qa, ka, va, ga, ba = _heads_inputs("B", heads, dk, dv, q, k, v, g, beta)
     norm = bool_flag("use_qk_l2norm", use_qk_l2norm)
     idx = slot_indices("state_indices", state_indices, qa.shape[0], num_slots)
@@ -221,7 +231,7 @@ def validate_gated_delta_rule_chunked(q, k, v, g, beta, state, cu_seqlens, *, ch
     """Check every argument of `gated_delta_rule_chunked` (RS-2 … RS-6, RS-17, RS-28 … RS-33) and return
     them normalised. Raises ValueError, or TypeError for a wrong type or dtype, naming the argument."""
     pool = pool_input("state", state, 4, "[num_slots, H, K, V]")
-    num_slots, heads, dk, dv = pool.shape
+    num_slots, heads, dk, dv = _state_dims(pool)
     qa, ka, va, ga, ba = _heads_inputs("T", heads, dk, dv, q, k, v, g, beta)
     cu = cu_seqlens_input(cu_seqlens, qa.shape[0])
     seqs = cu.shape[0] - 1

@@ -57,7 +57,7 @@ def test_accepting_malformed_input_fails_with_a_replayable_reproducer(cli, tmp_p
     case = json.loads((Path(dup["repro"]) / "case.json").read_text())
     assert case["expected"]["outcome"] == "rejected"
     assert case["expected"]["arguments"] == ["slot_mapping"] and case["expected"]["error"] == "ValueError"
-    replay = cli("replay", dup["repro"])
+    replay = cli("replay", dup["repro"], "--backend", "fault_backends:make_accepts_invalid")
     assert replay.returncode == 1 and "accepted invalid input" in replay.stdout, replay.stdout
     replay = cli("replay", dup["repro"], "--backend", "numpy")
     assert replay.returncode == 0 and "ok   rejected: ValueError" in replay.stdout, replay.stdout
@@ -69,7 +69,7 @@ def test_an_error_not_naming_the_argument_fails(cli, tmp_path):
     rejecting = _rejection_results(results)
     assert len(rejecting) == 3 and {r["status"] for r in rejecting} == {"fail"}
     assert all("does not name the argument" in r["message"] for r in rejecting)
-    replay = cli("replay", rejecting[0]["repro"])
+    replay = cli("replay", rejecting[0]["repro"], "--backend", "fault_backends:make_vague_errors")
     assert replay.returncode == 1 and "does not name the argument" in replay.stdout
 
 
@@ -94,7 +94,7 @@ def test_a_crash_on_malformed_input_stays_a_crash(cli, tmp_path):
     assert result["status"] == "crash" and result["repro"]
     case = json.loads((Path(result["repro"]) / "case.json").read_text())
     assert case["expected"]["outcome"] == "rejected" and case["expected"]["arguments"] == ["slot_mapping"]
-    replay = cli("replay", result["repro"])
+    replay = cli("replay", result["repro"], "--backend", "fault_backends:make_aborts")
     assert replay.returncode == 1 and "CRASH" in replay.stdout
 
 

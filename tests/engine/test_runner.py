@@ -181,7 +181,7 @@ def test_reports_show_where_a_backend_exception_was_raised(cli, tmp_path):
     assert nested["traceback"].startswith("Traceback (most recent call last)")
     assert "in _launch" in nested["traceback"] and "RuntimeError: grid of 3 tokens" in nested["traceback"]
     assert "spawn_main" in records["raises-remote"]["traceback"]
-    replayed = cli("replay", nested["repro"]).stdout
+    replayed = cli("replay", nested["repro"], "--backend", "fault_backends:make_raises_nested").stdout
     assert "FAIL: backend raised RuntimeError: grid of 3 tokens" in replayed and site in replayed, replayed
 
 

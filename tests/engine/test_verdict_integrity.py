@@ -236,4 +236,5 @@ def test_diagnosis_reaches_the_reports_and_replay(cli, tmp_path):
     assert "diagnosis:" in html and "only v_tail poisoned" in html
     case = json.loads((Path(leak["repro"]) / "case.json").read_text())
     assert "(v_tail)" in case["diagnosis"]["summary"]
-    assert "diagnosis (when recorded): fails only when" in cli("replay", leak["repro"]).stdout
+    assert "diagnosis (when recorded): fails only when" in cli("replay", leak["repro"], "--backend",
+                                                               leak["backend_spec"]).stdout

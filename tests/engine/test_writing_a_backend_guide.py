@@ -50,4 +50,4 @@ def test_the_guides_backend_passes_and_its_bug_is_diagnosed(cli, tmp_path, monke
     summary = poison[0]["diagnosis"]["summary"]
     assert "k_tail" in summary and "v_tail" in summary
     assert f"diagnosis: {summary}" in guide
-    assert cli("replay", poison[0]["repro"]).returncode == 1
+    assert cli("replay", poison[0]["repro"], "--backend", "tinykernels_buggy:make_backend").returncode == 1

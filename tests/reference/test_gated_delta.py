@@ -72,7 +72,7 @@ def test_rs28_golden_head_sharing():
 
 
 def _inputs(rng, tokens, heads, qk_heads, dk, dv, num_slots, norm):
-    kscale = 1.0 if norm else 1.0 / math.sqrt(dk)     # RS-35: beta |k|^2 <= 1 without normalisation
+    kscale = 1.0 if norm or dk == 0 else 1.0 / math.sqrt(dk)   # RS-35: beta |k|^2 <= 1 without normalisation
     return dict(q=rng.standard_normal((tokens, qk_heads, dk)),
                 k=rng.uniform(-kscale, kscale, (tokens, qk_heads, dk)),
                 v=rng.standard_normal((tokens, heads, dv)),
@@ -220,3 +220,28 @@ def test_rs32_chunked_rejects(change, error, words):
     x = {**_valid_update(), "cu_seqlens": np.array([0, 1, 2]), **change}
     with pytest.raises(error, match=words):
         R.gated_delta_rule_chunked(**x)
+
+
+@pytest.mark.parametrize("tokens, heads, qk_heads, dk, dv", [
+    (2, 2, 1, 0, 3),     # K = 0: no default scale K ** -0.5 (was a ZeroDivisionError)
+    (2, 0, 1, 3, 2),     # H = 0 (Hk = 1 "divides" it): was accepted silently
+    (2, 2, 1, 3, 0),     # V = 0: was accepted silently
+])
+@pytest.mark.parametrize("op", ["update", "chunked"])
+def test_rs28_empty_head_key_or_value_dims_are_rejected(op, tokens, heads, qk_heads, dk, dv):
+    """RS-28/RS-32: H, K, V >= 1; an empty dimension is a one-line ValueError naming `state`."""
+    x = _inputs(np.random.default_rng(0), tokens, heads, qk_heads, dk, dv, 3, False)
+    if op == "chunked":
+        x["cu_seqlens"] = np.array([0, 1, 2])
+    with pytest.raises(ValueError, match=r"^state must have H >= 1 heads, key dim K >= 1 and value dim V >= 1 "
+                                         r"\(RS-28\), got shape \(3, %d, %d, %d\)" % (heads, dk, dv)):
+        getattr(R, f"gated_delta_rule_{op}")(**x)
+
+
+def test_rs28_an_empty_batch_is_legal():
+    """B = 0 (T = 0, S = 0 for the chunked op) gives empty outputs and leaves the pool as it was."""
+    x = _inputs(np.random.default_rng(0), 0, 2, 1, 3, 2, 3, False)
+    up = R.gated_delta_rule_update(**x, state_indices=np.zeros(0, np.int32))
+    assert up.out.shape == (0, 2, 2) and bits(up.state) == bits(x["state"])
+    scan = R.gated_delta_rule_chunked(**x, cu_seqlens=np.array([0]), state_indices=np.zeros(0, np.int32))
+    assert scan.out.shape == (0, 2, 2) and bits(scan.state) == bits(x["state"])

@@ -125,8 +125,24 @@ def test_slot_mapping_from_arena_ignores_garbage(seed):
     np.testing.assert_array_equal(r.slot_mapping_from_arena(arena, offsets, 3, 4), a(9, 10, 20))
 
 
+def test_arena_layout_sizes_are_limited_by_the_i64_range_only():
+    """MD-8/MD-22: any size >= 0 whose layout fits the i64 offsets is legal (2**40 was refused by a rule
+    the spec did not state); a layout ending past 2**63 - 1 bytes is a ValueError naming nbytes."""
+    lay = r.arena_layout(np.array([2**40, 8], np.int64), 8)
+    np.testing.assert_array_equal(lay.offsets, [0, 2**40])
+    assert int(lay.copy_bytes) == 2**40 + 8 == int(lay.total_bytes)
+    top = np.iinfo(np.int64).max - 7                          # the largest multiple of 8 in range
+    assert int(r.arena_layout(np.array([top], np.int64), 8).total_bytes) == top
+    with pytest.raises(ValueError, match=r"^nbytes: the layout of these sizes .* past 2\*\*63 - 1"):
+        r.arena_layout(np.array([top + 1], np.int64), 8)      # rounds up past the range
+    with pytest.raises(ValueError, match=r"^nbytes: "):
+        r.arena_layout(np.array([2**62, 2**62], np.int64), 8)
+
+
 def test_slot_mapping_from_arena_errors():
     arena, offsets = r.pack_arena([a(0, 1), a(0, 1), a(0), a(1)], 16)
+    with pytest.raises(TypeError, match=r"^arena must be an array, got list"):   # not NumPy's own error
+        r.slot_mapping_from_arena([[0, 1], [2]], offsets, 1, 4)
     with pytest.raises(ValueError, match="offsets"):
         r.slot_mapping_from_arena(arena, offsets + 2, 1, 4)
     with pytest.raises(ValueError, match="offsets"):
@@ -236,6 +252,10 @@ def test_attention_csr_rejects_bad_csr():
         r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1), a(0, 1), a(1), a(3))
     with pytest.raises(ValueError, match="qo_indptr"):
         r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1, 1), a(0, 1), a(1), a(1))
+    # a page id past the pool names kv_indices, the argument given (it named page_indices[0,1], which this
+    # op does not have)
+    with pytest.raises(ValueError, match=r"^kv_indices\[1\]=5 is out of range \[0, 2\) \(page ids index k_pages"):
+        r.ragged_paged_attention_csr(np.zeros((1, 1, 2), np.float32), k, k, a(0, 1), a(0, 2), a(0, 5), a(1))
 
 
 @pytest.mark.parametrize("op, args", [
@@ -251,3 +271,39 @@ def test_validators_raise_what_the_op_raises(op, args):
     with pytest.raises(ValueError) as from_validator:
         getattr(r, f"validate_{op}")(*args)
     assert str(from_op.value) == str(from_validator.value)
+
+
+# --- int32 limits (spec/metadata.md "Reach") -----------------------------------------------------------
+
+INT32_MAX = 2 ** 31 - 1
+
+
+def test_page_id_int32_max_is_a_page_MD2():
+    """2^31 - 1 is an int32 >= 0: a valid page id (the validators rejected it by an off-by-one)."""
+    csr = r.block_table_to_csr(np.array([[INT32_MAX, 5]], I32), a(3), 1, 2)
+    _eq(csr.kv_indices, INT32_MAX, 5)
+    _eq(r.csr_to_block_table(*csr, 2, 2).page_indices, INT32_MAX, 5)
+
+
+def test_append_slots_reach_int32_max_and_no_further_MD7():
+    P = 1 << 24
+    last_page = (INT32_MAX - P + 1) // P                  # its last slot is INT32_MAX
+    slots = r.append_slot_mapping(a(0, 1), a(0, 1), a(last_page), a(P), P)
+    _eq(slots, INT32_MAX)
+    with pytest.raises(ValueError, match="kv_indices.*past int32"):
+        r.append_slot_mapping(a(0, 1), a(0, 1), a(last_page + 1), a(1), P)   # slot 2^31: an error, not a wrap
+
+
+def test_manager_append_past_int32_is_an_error_MD14():
+    m = Pt(16, 1 << 27)                                    # 16 pages of 2^27: the last slot is INT32_MAX
+    m("add", INT32_MAX)
+    out = m("append", INT32_MAX, n=3)
+    _eq(out.slots, 0, 1, 2)
+    m.state["seq_lens"] = np.array([INT32_MAX - 1], I32)  # a length the pages hold: 16 pages
+    m.state["kv_indptr"] = a(0, 16)
+    m.state["kv_indices"] = np.arange(16, dtype=I32)
+    m.state["ref_counts"] = np.ones(16, I32)
+    out = m("append", INT32_MAX, n=1)                     # position 2^31 - 2: length INT32_MAX
+    _eq(out.slots, INT32_MAX - 1)
+    with pytest.raises(ValueError, match="n=1.*int32"):
+        m("append", INT32_MAX, n=1)

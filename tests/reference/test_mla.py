@@ -87,3 +87,12 @@ def test_equals_multi_head_attention_after_up_projection():
                                  x["page_indices"], x["cu_q_lens"], x["num_seqs"], **opts)[:, :, :d_v]
     latent = np.einsum("thc,hcv->thv", mla_paged_attention(**x, **opts), w_uv)   # out W_UV
     np.testing.assert_allclose(latent, mha, **TIGHT)
+
+
+@pytest.mark.parametrize("argument", ["q_nope", "q_pe", "c_kv_pages", "k_pe_pages"])
+def test_a_0d_input_is_a_rank_error_naming_it(argument):
+    """ML-9: the rank of each float input is checked before it is sliced (a 0-d `q_nope` or `k_pe_pages`
+    raised IndexError)."""
+    x = dict(_batch(np.random.default_rng(0)), **{argument: np.float32(1.0)})
+    with pytest.raises(ValueError, match=rf"^{argument} must have rank 3 \[.*\], got shape \(\)$"):
+        mla_paged_attention(**x)

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
+from kvconform.conformance import tolerance
 from kvconform.reference import rerotation_lut, rope, rotate_keys, shift_keys
+from kvconform.reference.dtypes import resolve_dtype
 from kvconform.reference.rotation import inverse_frequencies
 
 U64 = 2.0 ** -53
@@ -391,11 +393,16 @@ def test_empty_plan_returns_copy_RO8():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The tolerances of spec/numerics.md admit a correct float32 implementation (NU-RO2, NU-RO3)
+# The tolerances of spec/numerics.md admit a correct float32 implementation (NU-RO2, NU-RO3), whatever the
+# cache dtype it stores (float32, or bfloat16 / float16 rounded once at the end), and reject one that
+# rounds the LUT to a narrow cache's dtype first (issue 31)
+
+CACHES = ("float32", "bfloat16", "float16")
 
 
-def _float32_rotation(k, idx, cos, sin, layout, rotary_dim):
-    """A float32 'backend': coefficients rounded to float32, products and sums in float32."""
+def _float32_rotation(k, idx, cos, sin, layout, rotary_dim, cache="float32"):
+    """A float32 'backend': coefficients rounded to float32, products and sums in float32, the result
+    stored in the `cache` dtype."""
     out = k.astype(np.float32).copy()
     h = rotary_dim // 2
     j = np.arange(h)
@@ -406,7 +413,7 @@ def _float32_rotation(k, idx, cos, sin, layout, rotary_dim):
     block[..., first] = a * c - b * s
     block[..., second] = a * s + b * c
     out[idx] = block
-    return out
+    return out.astype(resolve_dtype(cache))
 
 
 def _pair_max(x, layout, rotary_dim):
@@ -420,37 +427,60 @@ def _pair_max(x, layout, rotary_dim):
     return m
 
 
-@FAST
-@given(rotation_cases())
-def test_float32_rotate_within_NU_RO2(c):
-    k32 = c["raw"].astype(np.float32)
+def _rotate_error_and_bound(c, cache, lut_rounding=None):
+    keys = c["raw"].astype(resolve_dtype(cache))
     lut = lut_of(c)
-    ref = rotate_keys(k32, c["idx"], c["deltas"], lut, layout=c["layout"], rotary_dim=c["rotary_dim"])
+    ref = rotate_keys(keys, c["idx"], c["deltas"], lut, layout=c["layout"], rotary_dim=c["rotary_dim"])
     h = c["rotary_dim"] // 2
-    rows = lut[np.broadcast_to(c["deltas"], (len(c["idx"]), k32.shape[1]))][:, :, None, :]
-    got = _float32_rotation(k32, c["idx"], rows[..., :h], rows[..., h:], c["layout"], c["rotary_dim"])
+    rows = lut[np.broadcast_to(c["deltas"], (len(c["idx"]), keys.shape[1]))][:, :, None, :]
+    if lut_rounding is not None:
+        rows = rows.astype(resolve_dtype(lut_rounding)).astype(np.float64)
+    got = _float32_rotation(keys, c["idx"], rows[..., :h], rows[..., h:], c["layout"], c["rotary_dim"], cache)
     r = c["rotary_dim"]
     err = np.abs(got.astype(np.float64) - ref)[..., :r]
-    ulp = np.spacing(np.abs(ref[..., :r]).astype(np.float32)).astype(np.float64)
-    assert (err <= ulp + 4 * U32 * _pair_max(k32, c["layout"], r)).all()
+    bound = tolerance.ulp(ref[..., :r], cache) + 4 * tolerance.u_compute(cache) * _pair_max(keys, c["layout"], r)
+    return err[c["idx"]], bound[c["idx"]]
 
 
 @FAST
-@given(rotation_cases(), st.data())
-def test_float32_shift_within_NU_RO3(c, data):
+@pytest.mark.parametrize("cache", CACHES)
+@given(c=rotation_cases())
+def test_float32_rotate_within_NU_RO2(cache, c):
+    err, bound = _rotate_error_and_bound(c, cache)
+    assert (err <= bound).all()
+
+
+@pytest.mark.parametrize("cache", ("bfloat16", "float16"))
+def test_lut_rounded_to_a_narrow_cache_exceeds_NU_RO2(cache):
+    """The same float32 rotation with the LUT first rounded to the cache's dtype (the mutant
+    LutRoundedToCacheDtype) leaves NU-RO2 on cancelling pairs: coefficients off by up to 2^-9 / 2^-12."""
+    rng = np.random.default_rng(7)
+    c = dict(raw=rng.standard_normal((4, 4, 2, 8)), idx=np.arange(4, dtype=np.int32),
+             deltas=rng.integers(1, 6, size=(4, 4)).astype(np.int32), rows=6, block_size=3, theta=10000.0,
+             layout="half", rotary_dim=8)
+    err, bound = _rotate_error_and_bound(c, cache)
+    assert (err <= bound).all()
+    err, bound = _rotate_error_and_bound(c, cache, lut_rounding=cache)
+    assert (err > bound).any()
+
+
+@FAST
+@pytest.mark.parametrize("cache", CACHES)
+@given(c=rotation_cases(), data=st.data())
+def test_float32_shift_within_NU_RO3(cache, c, data):
     n, width = c["deltas"].shape
     shifts = np.array(data.draw(st.lists(st.integers(-3000, 3000), min_size=n * width, max_size=n * width)),
                       np.int32).reshape(n, width)
-    k32 = c["raw"].astype(np.float32)
-    ref = shift_keys(k32, c["idx"], shifts, theta=c["theta"], layout=c["layout"], rotary_dim=c["rotary_dim"])
+    keys = c["raw"].astype(resolve_dtype(cache))
+    ref = shift_keys(keys, c["idx"], shifts, theta=c["theta"], layout=c["layout"], rotary_dim=c["rotary_dim"])
     w32 = inverse_frequencies(c["rotary_dim"], theta=c["theta"]).astype(np.float32)
-    per_token = np.broadcast_to(shifts, (n, k32.shape[1]))
+    per_token = np.broadcast_to(shifts, (n, keys.shape[1]))
     angle = (per_token.astype(np.float32)[..., None] * w32)[:, :, None, :]   # the angle in float32
-    got = _float32_rotation(k32, c["idx"], np.cos(angle), np.sin(angle), c["layout"], c["rotary_dim"])
+    got = _float32_rotation(keys, c["idx"], np.cos(angle), np.sin(angle), c["layout"], c["rotary_dim"], cache)
     r = c["rotary_dim"]
-    delta = np.zeros(k32.shape[:2])
+    delta = np.zeros(keys.shape[:2])
     delta[c["idx"]] = np.abs(per_token)
-    ulp = np.spacing(np.abs(ref[..., :r]).astype(np.float32)).astype(np.float64)
-    bound = ulp + _pair_max(k32, c["layout"], r) * (6 * U32 + 3 * U32 * delta[:, :, None, None])
+    u = tolerance.u_compute(cache)
+    bound = tolerance.ulp(ref[..., :r], cache) + _pair_max(keys, c["layout"], r) * (6 * u + 3 * u * delta[:, :, None, None])
     err = np.abs(got.astype(np.float64) - ref)[..., :r]
     assert (err <= bound).all()
