@@ -1,40 +1,37 @@
-"""Hand-worked goldens of the attention family in other forms, and what each one requires (issue 31).
+"""The attention family's hand-worked goldens in other forms, and what each one uses (issue 31).
 
-A golden written at head dim 2 and page size 2 runs on no backend that takes only real sizes; restated at
-the backend's real head dim and page size (zero dims appended, tokens moved onto bigger pages) its
-hand-worked values hold unchanged. `features_used` and `golden_space` read a golden's requirements off its
-inputs, so its table declares exactly what it uses (tests/engine/test_attention_goldens.py checks it).
-Used by conformance/suite/test_paged_attention.py, test_mla.py and test_metadata.py (MD-23).
+Goldens are `conformance.goldens.Golden`s (declared as `GOLDENS` by test_paged_attention.py and test_mla.py).
+A golden written at head dim 2 and page size 2 runs on no backend that takes only real sizes; restated at a
+real head dim and page size (zero dims appended, tokens moved onto bigger pages, `attention_at_size`) and in
+each dtype where its inputs stay exact (`in_dtype`), its hand-worked values hold unchanged. `uses` and
+`write_uses` read what a case uses off its inputs (the families' `USES` tables):
+tests/engine/test_golden_requirements.py checks each restatement of each golden against its declaration.
 """
 from __future__ import annotations
 
-import numpy as np
-import pytest
+import dataclasses
+from typing import Callable
 
-from kvconform.backends.base import OpClaims
+import numpy as np
+
+from kvconform.reference import dtypes
 
 from ..case import Case
-from . import constraints
+from ..goldens import Golden
 
-#: head dims and page sizes a golden is restated at when the backend claims any: common real values
-REAL_HEAD_DIMS = (128, 64, 256, 80, 96, 112, 192)
-REAL_PAGE_SIZES = (16, 32, 64, 128)
-
-
-def real_sizes(claims: OpClaims, *, head_dims=REAL_HEAD_DIMS, page_sizes=REAL_PAGE_SIZES) -> tuple[int, int]:
-    """(head_dim, page_size) a hand-worked golden is restated at for `claims`: the smallest claimed head
-    dim of 64 or more and page size of 16 or more (the first of `head_dims` / `page_sizes` a limit admits
-    when any is claimed), within max_head_dim. Skips as `unsupported` when the claims admit none."""
-    top = claims.limits.get("max_head_dim")
-    dims = sorted(d for d in claims.head_dims if d >= 64) if claims.head_dims else \
-        constraints.allowed(claims, "head_dim", head_dims, skip=False)
-    dims = [d for d in dims if top is None or d <= top]
-    pages = sorted(p for p in claims.page_sizes if p >= 16) if claims.page_sizes else \
-        constraints.allowed(claims, "page_size", page_sizes, skip=False)
-    if not dims or not pages:
-        pytest.skip(f"unsupported: no real head dim {head_dims} or page size {page_sizes} within the claims "
-                    f"(head_dims {claims.head_dims}, page_sizes {claims.page_sizes}, limits {dict(claims.limits)})")
-    return int(dims[0]), int(pages[0])
+#: the real sizes attention goldens are restated at: head dim 128 with pages of 16 tokens (Llama-3, Qwen3,
+#: Mistral; vLLM's default block size), and for MLA DeepSeek-V2/V3's kv_lora_rank 512 and qk_rope_head_dim 64
+#: (deepseek-ai/DeepSeek-V3 config.json; mla.REACH_LATENT) on pages of 64 tokens (deepseek-ai/FlashMLA README.md: "Paged kvcache with block size of 64")
+REAL_HEAD_DIM, REAL_PAGE_SIZE = 128, 16
+REAL_MLA_LATENT, REAL_MLA_ROPE, REAL_MLA_PAGE_SIZE = 512, 64, 64
+#: the dtypes a real-size restatement is stated in (where every input value stays exact): GPU kernels take
+#: bfloat16 / float16 only, TPU kernels float32 or bfloat16
+GOLDEN_DTYPES = ("float32", "bfloat16", "float16")
+#: the float arrays of each op that a dtype restatement casts (q's dtype; float KV pools and rows)
+CAST = {"ragged_paged_attention": ("q", "k_pages", "v_pages"),
+        "ragged_paged_attention_csr": ("q", "k_pages", "v_pages"),
+        "mla_paged_attention": ("q_nope", "q_pe", "c_kv_pages", "k_pe_pages"),
+        "write_kv": ("k", "v", "k_pages", "v_pages")}
 
 
 def padded_dims(x: np.ndarray, size: int, axis: int = -1) -> np.ndarray:
@@ -111,14 +108,15 @@ def features_used(case: Case) -> tuple[str, ...]:
 
 
 def golden_space(case: Case) -> dict:
-    """The dimensions of a golden case under the names `kvc.require` judges (constraints.outside): dtypes,
-    page size, head dim, head counts, per-sequence q_len and kv_len, sequences and pages."""
+    """The dimensions of an attention-family case (block table, CSR or MLA) under the names `kvc.require`
+    judges (constraints.outside), read off its inputs: dtypes, page size, head dim (MLA: the latent dim
+    d_c, ML-1), head counts, per-sequence q_len and kv_len, sequences and pages."""
     x = case.inputs
     q = x.get("q", x.get("q_nope"))
     pools = x.get("k_pages", x.get("c_kv_pages"))
     n = int(x["num_seqs"]) if "num_seqs" in x else len(x["qo_indptr"]) - 1
     cu = np.asarray(x.get("cu_q_lens", x.get("qo_indptr")))
-    space = dict(dtype=case.params["dtype"], kv_dtype=case.params["kv_dtype"], page_size=pools.shape[1],
+    space = dict(dtype=dtypes.dtype_name(q.dtype), kv_dtype=dtypes.dtype_name(pools.dtype), page_size=pools.shape[1],
                  head_dim=q.shape[2], num_q_heads=q.shape[1], q_len=[int(v) for v in np.diff(cu[:n + 1])],
                  num_seqs=n, num_pages=pools.shape[0])
     if "kv_lens" in x:
@@ -140,3 +138,72 @@ def expected_rows(case: Case, rows) -> np.ndarray:
     rows = np.asarray(rows, np.float64)
     expected[:rows.shape[0], :, :rows.shape[2]] = rows
     return expected
+
+
+def uses(case: Case) -> tuple[set, dict]:
+    """USES of ragged_paged_attention (block table or CSR) and mla_paged_attention: (features_used,
+    golden_space)."""
+    return set(features_used(case)), golden_space(case)
+
+
+def write_uses(case: Case) -> tuple[set, dict]:
+    """USES of write_kv: the scale features (features_used) and k's dtype, the pools' dtype and shape."""
+    x = case.inputs
+    pools = x["k_pages"]
+    return set(features_used(case)), dict(
+        dtype=dtypes.dtype_name(x["k"].dtype), kv_dtype=dtypes.dtype_name(pools.dtype), page_size=pools.shape[1],
+        head_dim=pools.shape[3], num_kv_heads=pools.shape[2], num_pages=pools.shape[0])
+
+
+def cast_exactly(case: Case, expected, dtype: str):
+    """(case, expected) with the float32 arrays of CAST[op] (inputs, and pools of an expected dict) in
+    `dtype`; quantized pools stay as stored. Raises ValueError when a value would round: a hand-worked value
+    holds only for exact inputs."""
+    if dtype == "float32":
+        return case, expected
+    dt = dtypes.resolve_dtype(dtype)
+
+    def cast(name, arr):
+        if arr is None or np.asarray(arr).dtype != np.float32:
+            return arr
+        out = arr.astype(dt)
+        wide = np.asarray(arr, np.float64)
+        if not np.all((np.asarray(out, np.float64) == wide) | np.isnan(wide)):
+            raise ValueError(f"{name} is not exact in {dtype}")
+        return out
+    inputs = {k: (cast(k, v) if k in CAST[case.op] else v) for k, v in case.inputs.items()}
+    if isinstance(expected, dict):
+        expected = {k: cast(k, v) for k, v in expected.items()}
+    return Case(case.op, inputs, dict(case.params), case.seed), expected
+
+
+def in_dtype(golden: Golden, dtype: str) -> Golden | None:
+    """`golden` with its float inputs in `dtype` (cast_exactly), named `<name>_<dtype>` (float32 keeps the
+    name); None when some restatement (subset of its options) has a value that is not exact there."""
+    if dtype == "float32":
+        return golden
+
+    def build(options):
+        return cast_exactly(*golden.build(options), dtype)
+    try:
+        for options in golden.restatements():
+            build(options)
+    except ValueError:
+        return None
+    return dataclasses.replace(golden, name=f"{golden.name}_{dtype}", build=build)
+
+
+def at_real_size(golden: Golden, resize: Callable) -> tuple[Golden, ...]:
+    """`golden` restated at real sizes, `resize(case, expected) -> (case, expected)`, in every dtype of
+    GOLDEN_DTYPES where its inputs stay exact: `<name>_real`, `<name>_real_bfloat16`, `<name>_real_float16`."""
+    def build(options):
+        return resize(*golden.build(options))
+    real = dataclasses.replace(golden, name=f"{golden.name}_real", build=build)
+    return tuple(g for g in (in_dtype(real, d) for d in GOLDEN_DTYPES) if g is not None)
+
+
+def attention_real(case: Case, expected):
+    """resize for ragged_paged_attention goldens: attention_at_size at REAL_HEAD_DIM / REAL_PAGE_SIZE, the
+    expected rows with zero output columns appended."""
+    return (attention_at_size(case, REAL_HEAD_DIM, REAL_PAGE_SIZE),
+            padded_dims(np.asarray(expected, np.float64), REAL_HEAD_DIM))

@@ -21,6 +21,7 @@ from kvconform.backends.base import LIMITS, OpClaims
 
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened, without
+from . import goldens
 from . import paged_attention as pa
 from .paged_attention import Variant
 from .values import pick
@@ -42,7 +43,7 @@ LATENT_DIMS = (4, 8, 6)      # d_c when the backend accepts any; 6 is not a powe
 ROPE_DIMS = (2, 4)           # d_r: DeepSeek's is d_c / 8; small here so interpreters stay fast
 #: the long_latent column's (d_c, d_r): DeepSeek-V2/V3's kv_lora_rank 512 and qk_rope_head_dim 64
 #: (deepseek-ai/DeepSeek-V3 config.json), 576 per latent token, not a power of two
-REACH_LATENT = (512, 64)
+REACH_LATENT = (goldens.REAL_MLA_LATENT, goldens.REAL_MLA_ROPE)
 #: the inputs of the equivalent attention call each MLA input comes from (ML-4)
 _SPLIT = {"q": ("q_nope", "q_pe"), "k_pages": ("c_kv_pages", "k_pe_pages")}
 
@@ -165,3 +166,7 @@ def up_projected(x: dict, w_uk: np.ndarray, w_uv: np.ndarray) -> dict:
     sm_scale = x.get("sm_scale") or (d_c + d_r) ** -0.5
     return dict(q=np.concatenate([q_orig, q_pe], axis=2), k_pages=keys,
                 v_pages=np.concatenate([values, pad], axis=3), sm_scale=sm_scale, **rest)
+
+
+#: what a golden's case uses (features, claim space), conformance/goldens.py
+USES = {OP: goldens.uses}

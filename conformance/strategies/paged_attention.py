@@ -27,6 +27,7 @@ from ..case import Case, PoisonRegion
 from ..diagnosis import narrowed, widened, without
 from . import attention_reach as ar
 from . import constraints
+from . import goldens
 from .values import floats, pick, quantization_ties, sampled_from, seeds
 
 Q_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -666,3 +667,5 @@ DIAGNOSIS = {"ragged_paged_attention": _attention_diagnosis, "write_kv": _write_
 #: inputs the history property redraws (same shapes and metadata, other values)
 HISTORY_INPUTS = {"ragged_paged_attention": ("q", "k_pages", "v_pages"),
                   "write_kv": ("k", "v", "k_pages", "v_pages")}
+#: what a golden's case uses (features, claim space), conformance/goldens.py
+USES = {"ragged_paged_attention": goldens.uses, "write_kv": goldens.write_uses}

@@ -480,11 +480,11 @@ def csr_golden(page_size: int = 2, head_dim: int = 2, *, empty: bool = True) -> 
 @conformance_test(op="ragged_paged_attention_csr", layer="golden", clauses=("MD-3", "MD-23"))
 @pytest.mark.parametrize("form", ("small", "real"))
 def test_attention_csr_golden(kvc, form):
-    """csr_golden at page size 2 and head dim 2, and at the backend's real head dim and page size
-    (goldens.real_sizes; without the empty sequence, so that kernels that take none run it too):
-    the mean of three values on CSR-listed pages."""
+    """csr_golden at page size 2 and head dim 2, and at the real head dim and page size of the block-table
+    goldens (goldens.REAL_HEAD_DIM, REAL_PAGE_SIZE; without the empty sequence, so that kernels that take
+    none run it too): the mean of three values on CSR-listed pages."""
     claims = kvc.claims()
-    case = csr_golden() if form == "small" else csr_golden(*reversed(goldens.real_sizes(claims)), empty=False)
+    case = csr_golden() if form == "small" else csr_golden(goldens.REAL_PAGE_SIZE, goldens.REAL_HEAD_DIM, empty=False)
     kvc.require(claims, **goldens.golden_space(case))
     kvc.expect(case, kvc.call(case), goldens.expected_rows(case, [[[2.0, 2.0]]]), what="hand-worked value")
 
