@@ -21,7 +21,8 @@ from ..goldens import Golden
 
 #: the real sizes attention goldens are restated at: head dim 128 with pages of 16 tokens (Llama-3, Qwen3,
 #: Mistral; vLLM's default block size), and for MLA DeepSeek-V2/V3's kv_lora_rank 512 and qk_rope_head_dim 64
-#: (deepseek-ai/DeepSeek-V3 config.json; mla.REACH_LATENT) on pages of 64 tokens (deepseek-ai/FlashMLA README.md: "Paged kvcache with block size of 64")
+#: (deepseek-ai/DeepSeek-V3 config.json; mla.REACH_LATENT) on pages of 64 tokens (FlashMLA's only page size:
+#: deepseek-ai/FlashMLA README.md, "Paged kvcache with block size of 64")
 REAL_HEAD_DIM, REAL_PAGE_SIZE = 128, 16
 REAL_MLA_LATENT, REAL_MLA_ROPE, REAL_MLA_PAGE_SIZE = 512, 64, 64
 #: the dtypes a real-size restatement is stated in (where every input value stays exact): GPU kernels take

@@ -54,7 +54,7 @@ def _one_seq(q_nope, q_pe, latents, rope_keys, *, page_size=2, pad_rows=0, **opt
                   kv_lens=np.array([kv_len], np.int32),
                   page_indices=np.array([[n_pages - p for p in range(n_pages)]], np.int32),
                   cu_q_lens=np.array([0, len(q_nope)], np.int32), num_seqs=1, **options)
-    return Case(OP, inputs, {"dtype": "float32", "kv_dtype": "float32"})
+    return Case(OP, inputs, {})   # dtypes and sizes: read off the inputs (goldens.uses)
 
 
 def _mix(logits, latents, sink=None):
@@ -138,11 +138,12 @@ def at_size(case: Case, expected, d_c: int = goldens.REAL_MLA_LATENT, page_size:
     x = dict(case.inputs)
     d_r = max(goldens.REAL_MLA_ROPE, x["q_pe"].shape[2])
     sm_scale = x.get("sm_scale") or (x["q_nope"].shape[2] + x["q_pe"].shape[2]) ** -0.5
-    pools, table = goldens.repaged([goldens.padded_dims(x["c_kv_pages"], d_c), goldens.padded_dims(x["k_pe_pages"], d_r)],
+    pad = goldens.padded_dims
+    pools, table = goldens.repaged([pad(x["c_kv_pages"], d_c), pad(x["k_pe_pages"], d_r)],
                                    x["kv_lens"], x["page_indices"], int(x["num_seqs"]), page_size)
-    x.update(q_nope=goldens.padded_dims(x["q_nope"], d_c), q_pe=goldens.padded_dims(x["q_pe"], d_r), c_kv_pages=pools[0],
+    x.update(q_nope=pad(x["q_nope"], d_c), q_pe=pad(x["q_pe"], d_r), c_kv_pages=pools[0],
              k_pe_pages=pools[1], page_indices=table, sm_scale=sm_scale)
-    return Case(case.op, x, dict(case.params), case.seed), goldens.padded_dims(np.asarray(expected, np.float64), d_c)
+    return Case(case.op, x, dict(case.params), case.seed), pad(np.asarray(expected, np.float64), d_c)
 
 
 #: every golden in float32 at its own small sizes, and at DeepSeek-V3's sizes (d_c 512, d_r 64, pages of 64)

@@ -61,7 +61,7 @@ def _one_seq(q_rows, keys, values, *, page_size=2, kv_dtype=np.float32, pad_rows
     inputs = dict(q=q, k_pages=k_pages.astype(kv_dtype), v_pages=v_pages.astype(kv_dtype),
                   kv_lens=np.array([kv_len], np.int32), page_indices=table,
                   cu_q_lens=np.array([0, len(q_rows)], np.int32), num_seqs=1, **options)
-    return Case("ragged_paged_attention", inputs, {"dtype": "float32", "kv_dtype": np.dtype(kv_dtype).name})
+    return Case("ragged_paged_attention", inputs, {})   # dtypes and sizes: read off the inputs (goldens.uses)
 
 
 def _softmax_mix(logits, values, sink=None):
@@ -222,7 +222,8 @@ def write_at_size(case: Case, expected: dict, head_dim: int = goldens.REAL_HEAD_
 
 #: every golden in float32 at its own small sizes, and at real sizes (head dim 128, pages of 16: goldens.py)
 #: in each dtype where its inputs stay exact, so that a backend taking only real sizes runs goldens (issue 31)
-GOLDENS = (_ATTENTION_GOLDENS + tuple(r for g in _ATTENTION_GOLDENS for r in goldens.at_real_size(g, goldens.attention_real))
+GOLDENS = (_ATTENTION_GOLDENS
+           + tuple(r for g in _ATTENTION_GOLDENS for r in goldens.at_real_size(g, goldens.attention_real))
            + _WRITE_GOLDENS + tuple(r for g in _WRITE_GOLDENS for r in goldens.at_real_size(g, write_at_size)))
 
 test_attention_golden = suite_test(RPA, GOLDENS, pa.USES[RPA])
