@@ -260,23 +260,30 @@ RANGE_WRITE_SCALES = (2.0 ** -126, 1.5 * 2.0 ** -125, 1.0, 2.0 ** -10)
 
 
 def past_limits(rng: np.random.Generator, x: np.ndarray, pool: str, scale) -> np.ndarray:
-    """`x` with about half its values moved to the limits of the pool's format (PA-52): for a quantized pool
-    at scale s, values whose quotient lies at the largest finite value, just past it and far past it (the
-    float32 range itself with the smallest-normal scales); for a float pool, values around its largest
-    finite value, half of them past it (overflow to +-inf, PA-43). Values stay finite in x's dtype, and
-    normal or zero as float32 (NU-9: no subnormal inputs; at a scale of 2^-126 the rounding ties below 1
-    that `quantization_ties` aims at would need subnormal values of x, which TPUs and XLA on CPU flush)."""
+    """`x` with every other value moved to the limits of the pool's format (PA-52), of alternating sign (a
+    limit a kernel gets wrong on one side only, e.g. a quotient wrapped through int32 to -2^31 that the
+    negative saturation hides, shows on the other): for a quantized pool at scale s, values whose quotient
+    lies at the largest finite value, just past it, far past it, past int32 (1.5 * 2^31: a conversion through
+    int32 before saturating wraps) and past the float32 range (x's largest finite value: the quotient is
+    +-inf, saturated by PA-44); for a float pool, values around its largest finite value, half of them past
+    it (overflow to +-inf, PA-43). Values stay finite in x's dtype, and normal or zero as float32 (NU-9: no
+    subnormal inputs; at a scale of 2^-126 the rounding ties below 1 that `quantization_ties` aims at would
+    need subnormal values of x, which TPUs and XLA on CPU flush)."""
     x_dtype = x.dtype
+    x_max = float(dtypes.max_finite(x_dtype))
     if dtypes.is_quantized_dtype(dtypes.resolve_dtype(pool)):
         top = float(np.max(np.abs(finite_values(pool).astype(np.float64))))
-        targets = np.array([top, top + 0.5, 1.5 * top, 1e6 * top])
+        s = 1.0 if scale is None else float(np.float32(scale))
+        targets = np.array([top, top + 0.5, 1.5 * top, 1e6 * top, 1.5 * 2.0 ** 31, x_max / s])
     else:
+        s = 1.0
         top = float(dtypes.max_finite(dtypes.resolve_dtype(pool)))
         targets = np.array([top, 0.999 * top, 1.001 * top, 1.5 * top])
-    s = 1.0 if scale is None else float(np.float32(scale))
+    index = np.arange(x.size).reshape(x.shape)
+    moved_at = index % 2 == 0
+    signs = np.where(index % 4 == 0, 1.0, -1.0)      # the moved values: +, -, +, - ...
     with np.errstate(over="ignore"):
-        values = targets[rng.integers(0, targets.size, size=x.shape)] * s * np.where(rng.random(x.shape) < 0.5, -1, 1)
-        values = np.clip(values, -float(dtypes.max_finite(x_dtype)), float(dtypes.max_finite(x_dtype)))
-        moved = values.astype(x_dtype)
-    out = np.where(rng.random(x.shape) < 0.5, moved, x)
+        values = targets[rng.integers(0, targets.size, size=x.shape)] * s * signs
+        moved = np.clip(values, -x_max, x_max).astype(x_dtype)
+    out = np.where(moved_at, moved, x)
     return np.where(np.abs(out.astype(np.float32)) < np.finfo(np.float32).tiny, np.zeros((), x_dtype), out)
