@@ -15,6 +15,17 @@ def _replace_out(result, fn):
     return fn(result)
 
 
+def _filled(result, indices, value):
+    """`result` with its output (a tuple result's first field) set to `value` at each index of `indices`:
+    the rows, heads or dims a mutant poisons (NaN) or never writes (0)."""
+    def fill(out):
+        out = out.copy()
+        for index in indices:
+            out[index] = value
+        return out
+    return _replace_out(result, fill)
+
+
 @mutant(op="ragged_paged_attention", clause="PA-15",
         description="sliding window off by one: keys in [pos-W, pos] (W+1 keys) instead of (pos-W, pos]")
 class SlidingWindowOffByOne(Mutant):
@@ -50,12 +61,7 @@ class NanPastKvLenLeaks(Mutant):
                 if np.isnan(junk).any():
                     leaking.append(slice(int(cu_q_lens[i]), int(cu_q_lens[i + 1])))
 
-        def poison(out):
-            out = out.copy()
-            for rows in leaking:
-                out[rows] = np.nan
-            return out
-        return _replace_out(result, poison)
+        return _filled(result, leaking, np.nan)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-16",
@@ -83,12 +89,7 @@ class SoftCapOverflow(Mutant):
             if np.nanmax(np.abs(s)) / soft_cap > 44.0:
                 overflow.append(slice(int(cu_q_lens[i]), int(cu_q_lens[i + 1])))
 
-        def poison(out):
-            out = out.copy()
-            for rows in overflow:
-                out[rows] = np.nan
-            return out
-        return _replace_out(result, poison)
+        return _filled(result, overflow, np.nan)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-18",
@@ -135,12 +136,7 @@ class VTailLeakAndSoftCapError(Mutant):
                 if np.isnan(dtypes.upcast(v_pages[page, kv_len % page_size:])).any():
                     leaking.append(slice(int(cu_q_lens[i]), int(cu_q_lens[i + 1])))
 
-        def leak(out):
-            out = out.copy()
-            for rows in leaking:
-                out[rows] = np.nan
-            return out
-        return _replace_out(result, leak)
+        return _filled(result, leaking, np.nan)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-14",
@@ -435,11 +431,7 @@ class HeadDimChunkFloor(Mutant):
         q[..., cut:] = 0
         result = reference.ragged_paged_attention(q, *args, **kw)
 
-        def drop_tail(out):
-            out = out.copy()
-            out[..., cut:] = 0
-            return out
-        return _replace_out(result, drop_tail)
+        return _filled(result, [(Ellipsis, slice(cut, None))], 0)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-12", only_caught_by="long_heads", max_size=140,
@@ -456,11 +448,7 @@ class GroupBeyondOneTile(Mutant):
             return result
         lost = np.arange(q.shape[1]) % group >= self.TILE
 
-        def unwritten(out):
-            out = out.copy()
-            out[:, lost] = 0
-            return out
-        return _replace_out(result, unwritten)
+        return _filled(result, [(slice(None), lost)], 0)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-4", only_caught_by="long_batch", max_size=600,
@@ -478,11 +466,7 @@ class SequenceSearch7Steps(Mutant):
             return result
         lost = slice(int(cu_q_lens[self.MAX_SEQS]), int(cu_q_lens[int(num_seqs)]))
 
-        def unwritten(out):
-            out = out.copy()
-            out[lost] = 0
-            return out
-        return _replace_out(result, unwritten)
+        return _filled(result, [lost], 0)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="range", max_size=12,
@@ -512,12 +496,7 @@ class LogitsFp16Accumulator(Mutant):
             if np.abs(np.where(seen, dots, 0.0)).max() > 65504.0:
                 overflow.append(slice(lo, hi))
 
-        def poison(out):
-            out = out.copy()
-            for rows in overflow:
-                out[rows] = np.nan
-            return out
-        return _replace_out(result, poison)
+        return _filled(result, overflow, np.nan)
 
 
 @mutant(op="write_kv", clause="PA-50", only_caught_by="padded", max_size=12,
