@@ -308,7 +308,8 @@ def cmd_list(args) -> int:
 
 
 def _print_backend(found) -> None:
-    """One backend's line (version, where it runs) and one line per claimed op, limits included."""
+    """One backend's line (version, where it runs) and one line per claimed op with the claim fields that
+    op reads (backends/base.py CLAIM_FIELDS; features, layouts and limits where the op registers any)."""
     if found.backend is None:
         print(f"{found.name:<10} cannot load: {found.error}")
         return
@@ -320,15 +321,28 @@ def _print_backend(found) -> None:
     where = desc["device"] if desc["available"] else f"cannot run here: {desc['reason']}"
     print(f"{found.name:<10} {desc['version']:<10} {where}")
     for op, claims in desc["capabilities"].items():
-        feats = ",".join(claims.get("features", [])) or "-"
-        line = (f"    {op:<24} dtypes={','.join(claims.get('dtypes', []))} "
-                f"kv={','.join(claims.get('kv_dtypes', []))} page_sizes={claims.get('page_sizes') or 'any'} "
-                f"head_dims={claims.get('head_dims') or 'any'} features={feats}")
-        if claims.get("layouts"):
-            line += f" layouts={','.join(claims['layouts'])}"
-        if claims.get("limits"):
-            line += " limits=" + json.dumps(claims["limits"], separators=(",", ":"))
-        print(line)
+        print(f"    {op:<24} {_claim_text(op, claims) or '(reads no claim fields: every drawn case is claimed)'}")
+
+
+def _claim_text(op: str, claims: dict) -> str:
+    """`dtypes=float32,bfloat16 page_sizes=any ...`: the fields `op` reads; an unknown op shows them all."""
+    from kvconform.backends.base import CLAIM_FIELDS, FEATURES, LAYOUTS, LIMITS, OPS
+    fields = CLAIM_FIELDS.get(op, ("dtypes", "kv_dtypes", "page_sizes", "head_dims"))
+    names = {"dtypes": "dtypes", "kv_dtypes": "kv", "page_sizes": "page_sizes", "head_dims": "head_dims"}
+    parts = []
+    for name in fields:
+        value = claims.get(name)
+        if name in ("page_sizes", "head_dims"):
+            parts.append(f"{names[name]}={','.join(map(str, value)) if value else 'any'}")
+        else:
+            parts.append(f"{names[name]}={','.join(value or []) or '-'}")
+    if FEATURES.get(op) or op not in OPS or claims.get("features"):
+        parts.append(f"features={','.join(claims.get('features') or []) or '-'}")
+    if LAYOUTS.get(op) or claims.get("layouts"):
+        parts.append(f"layouts={','.join(claims.get('layouts') or []) or '-'}")
+    if claims.get("limits"):
+        parts.append("limits=" + json.dumps(claims["limits"], separators=(",", ":")))
+    return " ".join(parts)
 
 
 def cmd_check_backend(args) -> int:
