@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-crashes", type=int, default=None, metavar="N",
                      help="after N crashes or hangs in a row of one op, record its remaining tests as crash "
                           "without running them (default 3; 0: never)")
+    run.add_argument("--progress", action="store_true",
+                     help="show where the run stands (backend, op, tests done / total, failures so far, time): "
+                          "one updating line on a terminal, one line per backend x op in a log")
     run.add_argument("--suite", default=None, help=argparse.SUPPRESS)
     run.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --")
 
@@ -239,6 +242,8 @@ def cmd_run(args) -> int:
     if args.run_unclaimed:
         pytest_args.append("--kvc-run-unclaimed")
     pytest_args += ["--kvc-max-crashes", str(args.max_crashes)]
+    if args.progress:   # without pytest's [NN%] column, which the letters it replaces would have filled
+        pytest_args += ["--kvc-progress", "-o", "console_output_style=classic"]
     if args.seed is not None:
         pytest_args.append(f"--hypothesis-seed={args.seed}")
     if args.jobs > 1:
