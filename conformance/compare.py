@@ -130,7 +130,10 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
         else:
             allowed = tol.atol + tol.rtol * np.abs(np.where(r_finite, r, 0.0))
         allowed = np.broadcast_to(np.where(np.isfinite(allowed), allowed, 0.0), r.shape)
-        ratio = np.where(err == 0, 0.0, np.where(np.isinf(err), math.inf, err / np.maximum(allowed, 1e-300)))
+        # any error where none is allowed is inf times the allowance (not err / 1e-300: reports showed
+        # such quotients, 1e+300 and the like, as if they were measured)
+        ratio = np.where(err == 0, 0.0, np.where(np.isinf(err) | (allowed == 0), math.inf,
+                                                 err / np.where(allowed == 0, 1.0, allowed)))
     ratio = np.where(mask, ratio, 0.0)
     bad = (ratio > 1.0) & mask
     res = FieldResult(name, True, tol.kind, compared=compared, n_bad=int(bad.sum()))

@@ -55,6 +55,16 @@ def test_non_finite_tolerance_buys_nothing():
     assert not res.ok and res.n_bad == 2
 
 
+def test_an_error_where_none_is_allowed_is_infinitely_over_not_a_sentinel():
+    """A 0-ULP, 0-atol bound (padding outputs are exactly 0.0, RS-3): any error is inf times the allowance,
+    reported as inf, never as err / 1e-300 (issue 28: reports showed 1e+300)."""
+    tol = tolerance.ulp_bounded("float32", 0, 0.0, reason="exactly 0.0")
+    res = compare_field("out", np.array([0.0, 0.5], np.float32), np.array([0.0, 0.0]), tol)
+    assert not res.ok and res.n_bad == 1
+    assert res.headroom == math.inf and res.profile and max(res.profile) == math.inf
+    assert "inf" in res.summary() and "e+" not in res.summary()
+
+
 def test_non_finite_finding_is_described():
     res = compare_field("out", np.array([np.nan, 1.0], np.float32), np.array([1.0, 1.0]), _reduction())
     assert "NU-7" in res.summary() and "NaN where the reference is finite" in res.summary()
