@@ -507,7 +507,7 @@ def _replay_once(case, meta: dict, before: list, expected, worker) -> tuple[str,
         status = "ok  " if res.ok else "FAIL"
         extra = f", max ulp {res.max_ulp:.3g}" if res.max_ulp is not None else ""
         lines.append(f"  {status} {res.name}: {res.n_bad}/{res.compared} elements out of tolerance, "
-                     f"max abs error {res.max_abs:.3g}{extra}, headroom {res.headroom:.3g} ({res.kind})")
+                     f"max abs error {res.max_abs:.3g}{extra}, error/allowed {res.error_ratio:.3g} ({res.kind})")
         if not res.ok:
             lines.append(f"       {res.summary()}")
             ok = False

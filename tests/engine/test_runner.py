@@ -257,7 +257,7 @@ def test_list_reports_every_backend_without_crashing(cli):
 
 
 def test_thorough_profile_targets_once_per_example(cli, tmp_path):
-    """The thorough profile steers Hypothesis by headroom; tests that compare several times per example
+    """The thorough profile steers Hypothesis by error / allowed; tests that compare several times per example
     (token by token) and golden tests (no Hypothesis at all) must still run under it."""
     out = tmp_path / "thorough"
     proc = cli("run", "--backend", "numpy", "--profile", "thorough", "--ops", "ssd_chunked_scan",
