@@ -4,7 +4,7 @@
 |----------|---------------|-------------|-------------------|--------------------------------------|
 | quick    | 8             | no          | none              | local runs, `kvconform run` default  |
 | ci       | 25            | yes         | none              | the CI gate: same cases every run    |
-| thorough | 250           | no          | <out>/hypothesis-db (shared) | long runs; `target(headroom)` |
+| thorough | 250           | no          | <out>/hypothesis-db (shared) | long runs; `target(error / allowed)` |
 | repro    | 1             | yes         | none              | re-run one example, verbose          |
 | scale    | 1 (fixed cases) | yes       | none              | GPU limits: `scale_suite/`, native backends only |
 | scale-smoke | 1 (fixed cases) | yes    | none              | the scale tests at small sizes, anywhere |
