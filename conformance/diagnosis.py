@@ -160,8 +160,8 @@ def _run(kvc, case: Case, expected: Any) -> tuple[str, str]:
         return "n/a", f"not comparable: {type(exc).__name__}: {str(exc)[:160]}"
     bad = [r for r in results if not r.ok]
     if not bad:
-        worst = max((r.headroom for r in results), default=0.0)
-        return "pass", f"headroom {worst:.3g}"
+        worst = max((r.error_ratio for r in results), default=0.0)
+        return "pass", f"error/allowed {worst:.3g}"
     return "fail", bad[0].summary()[:240]
 
 

@@ -4,7 +4,7 @@
 |----------|---------------|-------------|-------------------|--------------------------------------|
 | quick    | 8             | no          | none              | local runs, `kvconform run` default  |
 | ci       | 25            | yes         | none              | the CI gate: same cases every run    |
-| thorough | 250           | no          | <out>/hypothesis-db (shared) | long runs; `target(headroom)` |
+| thorough | 250           | no          | <out>/hypothesis-db (shared) | long runs; `target(error / allowed)` |
 | repro    | 1             | yes         | none              | re-run one example, verbose          |
 | scale    | 1 (fixed cases) | yes       | none              | GPU limits: `scale_suite/`, native backends only |
 | scale-smoke | 1 (fixed cases) | yes    | none              | the scale tests at small sizes, anywhere |
@@ -66,15 +66,22 @@ def get(name: str) -> Profile:
     return PROFILES[name]
 
 
+#: the longest --timeout: a day. A wait far longer overflows the pipe's poll (OverflowError in every call,
+#: which deadlocked a run with --timeout 1e9); a day is "no limit" for any kernel call.
+MAX_TIMEOUT = 86400.0
+
+
 def timeout_seconds(text: str) -> float:
-    """`--timeout` / `--kvc-timeout` (argparse type): a finite number of seconds > 0. A zero or negative
-    limit would kill every backend call at once, and the backend would be blamed with crashes."""
+    """`--timeout` / `--kvc-timeout` (argparse type): a finite number of seconds > 0, at most MAX_TIMEOUT.
+    A zero or negative limit would kill every backend call at once, and the backend would be blamed with
+    crashes."""
     try:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0 and at most {MAX_TIMEOUT:.0f} "
+                                         f"(a day), got {text!r}")
     return seconds
 
 

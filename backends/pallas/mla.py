@@ -117,5 +117,6 @@ def _kernel(kv_lens_ref, table_ref, cu_ref, meta_ref, fp_ref, q_ref, pages_hbm, 
             ragged_rows.walk_pages(page_lo, page_hi, copies, use_page)
         return carry
 
-    lax.fori_loop(0, meta_ref[0], attend, 0)
+    seq_lo, seq_hi = ragged_rows.sequences_in_block(cu_ref, meta_ref[0], row0, block_q)
+    lax.fori_loop(seq_lo, seq_hi, attend, 0)
     o_ref[...] = ragged_rows.softmax_finish(acc_ref[...], l_ref[...]).reshape(o_ref.shape)

@@ -267,7 +267,8 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
             ragged_rows.walk_pages(page_lo, page_hi, lambda page, slot: page_copies(i, page, slot), use_page)
         return carry
 
-    lax.fori_loop(0, num_seqs, attend, 0)
+    seq_lo, seq_hi = ragged_rows.sequences_in_block(cu_ref, num_seqs, row0, bq)
+    lax.fori_loop(seq_lo, seq_hi, attend, 0)
 
     for h in range(hb):
         out = ragged_rows.softmax_finish(acc_ref[h], l_ref[h]).reshape(bq, group, -1)
@@ -295,4 +296,4 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
                 ragged_rows.walk_pages(page_lo, page_hi, lambda page, slot: page_copies(i, page, slot), use_page)
             return carry
 
-        lax.fori_loop(0, num_seqs, score, 0)
+        lax.fori_loop(seq_lo, seq_hi, score, 0)

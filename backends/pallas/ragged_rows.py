@@ -128,3 +128,20 @@ def online_softmax_step(m_old, l_old, acc_old, s, visible, v, p_scale=None):
 def softmax_finish(acc, l):
     """acc / l per row; rows with no visible key and no sink (l = 0) give 0, never NaN."""
     return acc * jnp.where(l > 0, 1.0 / jnp.where(l > 0, l, 1.0), 0.0)
+
+
+def sequences_in_block(cu_ref, num_seqs, row0, block_q: int):
+    """[seq_lo, seq_hi): the sequences with query rows in [row0, row0 + block_q), found by binary search over
+    cu_q_lens in SMEM (non-decreasing, PA-4), so a decode batch of hundreds of sequences does not visit
+    every sequence in every block (PA-51's long_batch column: 256 sequences, 32 blocks)."""
+    def first_from(row):   # the smallest i in [0, num_seqs] with cu_q_lens[i + 1] > row (num_seqs: none)
+        def body(bounds):
+            lo, hi = bounds
+            mid = (lo + hi) // 2
+            past = cu_ref[mid + 1] > row
+            return jnp.where(past, lo, mid + 1), jnp.where(past, mid, hi)
+
+        lo, _ = lax.while_loop(lambda bounds: bounds[0] < bounds[1], body, (jnp.int32(0), num_seqs))
+        return lo
+
+    return first_from(row0), jnp.minimum(first_from(row0 + block_q - 1) + 1, num_seqs)

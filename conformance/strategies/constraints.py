@@ -12,6 +12,11 @@ A size constraint is one of
     {"multiple_of": 128}           multiples (with an optional "max")
     {"min": 2, "max": 8}           a range
 
+Claims are checked as data when a backend is loaded (backends/base.py: `claims_problems`, with
+`size_constraint_problem` for this grammar and `LIMIT_KINDS` for the limits that are not size constraints):
+a malformed constraint (`"sixteen"`, `{"values": 1}`, a misspelled key `{"value": [1]}`) is a claims error
+of the backend, reported before any test runs, never an engine error charged to its kernel.
+
 Names (per op where they make sense; LIMITS lists which op reads which):
     q_len           query rows of a counted sequence ({"values": [1]}: decode-only; {"max": k}: speculative)
     num_q_heads     Hq;  num_kv_heads: Hkv;  group_size: Hq // Hkv
@@ -74,6 +79,26 @@ def allowed(claims: OpClaims, name: str, candidates, what: str = "", *, skip: bo
     if not chosen and skip:
         pytest.skip(f"unsupported: no {what or name} within the claimed limit {name}={constraint!r}")
     return tuple(dict.fromkeys(chosen))
+
+
+def listed(claims: OpClaims, name: str) -> tuple[int, ...]:
+    """The values a `{"values": [...]}` constraint lists (empty for any other form)."""
+    constraint = claims.limits.get(name)
+    return tuple(constraint.get("values", ())) if isinstance(constraint, dict) else ()
+
+
+def reach(claims: OpClaims, name: str, candidates, what: str = "") -> tuple[int, ...]:
+    """What a size-reach column draws for `name`: its candidates the constraint admits, then the values the
+    constraint lists beyond them. So claims widen the reach as well as narrow it: a kernel that lists
+    `{"page_size": {"values": [16, 544]}}` or `{"group_size": {"values": [1, 2, 4, 8, 32]}}` gets 544 and
+    32 drawn there, a `{"multiple_of": 16}` kernel the candidates that are multiples of 16, and a claimed
+    set (OpClaims.page_sizes, head_dims) is drawn as listed, large values included. Skips as `unsupported`
+    when nothing is left (as `allowed`)."""
+    chosen = allowed(claims, name, candidates, what, skip=False)
+    chosen = tuple(dict.fromkeys(chosen + tuple(v for v in listed(claims, name) if admits(claims.limits.get(name), v))))
+    if not chosen:
+        pytest.skip(f"unsupported: no {what or name} within the claimed limit {name}={claims.limits.get(name)!r}")
+    return chosen
 
 
 def upper(claims: OpClaims, name: str, default: int) -> int:

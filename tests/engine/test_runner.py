@@ -57,6 +57,19 @@ def test_shards_merge_to_the_full_run_and_resume_skips_done_tests(cli, tmp_path)
     report = cli.report(merged)
     assert {r["id"] for r in report["results"]} == ids[0] | ids[1]
     assert (merged / "report.html").exists() and (merged / "report.md").exists()
+    assert report["gate"]["exit_code"] == 0 and cli.report(tmp_path / "shard1")["shard"] == "1/2"
+    # one shard alone is not the run: NOT CHECKED, naming the missing shard (was exit 0, no word about it)
+    proc = cli("report", "merge", str(tmp_path / "shard1"), "--out", str(tmp_path / "half"))
+    assert proc.returncode == 3 and "shard(s) 2/2 missing from the merge" in proc.stdout, proc.stdout
+    # a shard judges its own slice: unreadable claims fail it (was exit 0); and it is a foreign shard
+    foreign = tmp_path / "foreign"
+    proc = cli("run", "--backend", "fault_backends:make_broken_capabilities", "--ops", "write_kv", "--shard", "2/2",
+               "--out", str(foreign))
+    assert proc.returncode == 3 and "NOT CHECKED fault_backends:make_broken_capabilities" in proc.stdout
+    proc = cli("report", "merge", str(tmp_path / "shard1"), str(foreign), "--out", str(tmp_path / "mixed"))
+    assert proc.returncode == 3 and proc.stdout.count("missing from the merge") == 2, proc.stdout
+    proc = cli("report", "merge", str(tmp_path / "shard1"), str(tmp_path / "shard1"), "--out", str(tmp_path / "twice"))
+    assert proc.returncode == 2 and "are both shard 1/2 of run" in proc.stderr
     # resume the first shard's directory as a full run: only the other shard's tests run
     proc = cli("run", "--backend", "numpy", "--ops", "write_kv", "--resume", "--out", str(tmp_path / "shard1"))
     assert proc.returncode == 0
@@ -88,7 +101,7 @@ def test_junit_and_markdown(cli, tmp_path):
     junit = (out / "junit.xml").read_text()
     assert 'name="kvc_op" value="write_kv"' in junit and "kvc_clauses" in junit
     md = (out / "report.md").read_text()
-    assert "| numpy | write_kv | base |" in md
+    assert "| op | numpy |" in md and "| write_kv | ✅ " in md    # one cell per backend x op
     report = cli.report(out)
     assert report["schema"] == "kvconform.report/1"
     assert report["backends"]["numpy"]["capabilities"]["write_kv"]["kv_dtypes"]
@@ -124,7 +137,9 @@ def test_backends_sharing_a_name_stay_apart(cli, tmp_path):
     assert set(report["counts"]) == labels and {c["backend"] for c in report["matrix"]} == labels
     for label in labels:
         assert {r["backend"] for r in report["results"] if label.endswith(r["backend_spec"] + ")")} == {label}
-    assert "| twin (fault_backends:make_twin_a) | write_kv |" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "| twin (fault_backends:make_twin_a) | ✅ " in md and "| twin (fault_backends:make_twin_b) | ✅ " in md
+    assert "| op | twin (fault_backends:make_twin_a) | twin (fault_backends:make_twin_b) |" in md
 
 
 def test_junit_after_resume_holds_every_result(cli, tmp_path):
@@ -154,10 +169,11 @@ def test_backend_text_is_escaped_in_report_md(cli, tmp_path):
     for raw in ("<!--", "<script>", "<b>"):
         assert raw not in md, raw
     assert "&lt;!-- the rest is hidden" in md and "&lt;script&gt;alert(1)&lt;/script&gt; \\| a &amp; b" in md
-    assert "| markup&lt;b&gt;name&lt;/b&gt;\\|pipe | write_kv | base |" in md
+    assert "| markup&lt;b&gt;name&lt;/b&gt;\\|pipe | ❌ " in md          # the totals row
+    assert "| op | markup&lt;b&gt;name&lt;/b&gt;\\|pipe |" in md          # the ops table's column
     for line in md.splitlines():
         if line.startswith("|"):
-            assert len(re.findall(r"(?<!\\)\|", line)) in (4, 6), line   # 3 or 5 columns, none split
+            assert len(re.findall(r"(?<!\\)\|", line)) in (3, 4), line   # 2 or 3 columns, none split
     assert "<script>" not in (out / "report.html").read_text()
 
 
@@ -193,7 +209,7 @@ def test_reports_show_where_a_backend_exception_was_raised(cli, tmp_path):
     (["run", "--profile", "fast"], "unknown profile"),
     (["run", "--shard", "3/2"], "--shard"),
     (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "-5"],
-     "argument --timeout: must be a finite number of seconds > 0, got '-5'"),
+     "argument --timeout: must be a finite number of seconds > 0 and at most 86400 (a day), got '-5'"),
     (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "0"], "argument --timeout: must be"),
     (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "soon"], "argument --timeout: must be"),
     (["run", "--jobs", "many"], "argument --jobs/-j: invalid int value"),
@@ -257,7 +273,7 @@ def test_list_reports_every_backend_without_crashing(cli):
 
 
 def test_thorough_profile_targets_once_per_example(cli, tmp_path):
-    """The thorough profile steers Hypothesis by headroom; tests that compare several times per example
+    """The thorough profile steers Hypothesis by error / allowed; tests that compare several times per example
     (token by token) and golden tests (no Hypothesis at all) must still run under it."""
     out = tmp_path / "thorough"
     proc = cli("run", "--backend", "numpy", "--profile", "thorough", "--ops", "ssd_chunked_scan",
