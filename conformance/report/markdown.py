@@ -15,7 +15,7 @@ from ..backend_text import visible
 from .build import LISTED, STATUS_ORDER, cell_status
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "flaky": "🎲", "error": "❌", "xfail": "🟡", "xpass": "⚠️",
-        "unsupported": "—", "unclaimed-pass": "➕", "skip": "·"}
+        "unsupported": "—", "unclaimed-pass": "➕", "not run": "⏭", "skip": "·"}
 
 
 def _cell(counts: dict) -> str:

@@ -24,7 +24,7 @@ from kvconform.reference.kv_layouts import canonical_kv, to_layout
 
 from .. import tolerance
 from ..case import Case, PoisonRegion
-from ..diagnosis import narrowed, widened, without
+from ..diagnosis import narrowed, rows_dropped, widened, without
 from . import constraints
 from .values import floats, pick, quantization_ties, sampled_from, seeds
 
@@ -554,7 +554,9 @@ def _attention_diagnosis(case: Case) -> list:
              widened(case, ("q",), "q widened to float32"),
              widened(case, ("k_pages", "v_pages"), "K/V widened to float32"),
              narrowed(case, ("q",), "q values rounded to bfloat16 (dtype kept)"),
-             narrowed(case, ("k_pages", "v_pages"), "K/V values rounded to bfloat16 (dtype kept)")]
+             narrowed(case, ("k_pages", "v_pages"), "K/V values rounded to bfloat16 (dtype kept)"),
+             rows_dropped(case, "padding rows off", ("q",),
+                          np.arange(len(x["q"])) < int(np.asarray(x["cu_q_lens"])[int(x["num_seqs"])]))]
     if x.get("kv_layout", "separate") != "separate":
         found.append(("cache in the separate layout", dict_case(case, canonical_inputs(x))))
         return [v for v in found if v is not None]
