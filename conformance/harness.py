@@ -118,7 +118,8 @@ def compare_outputs(case: Case, expected: Any, actual: Any, *, exact: bool = Fal
 
 class Harness:
     def __init__(self, *, backend_spec: str, worker, description: dict, profile: profiles.Profile,
-                 out_dir, node, run_unclaimed: bool = False, call_timeout: float | None = None):
+                 out_dir, node, run_unclaimed: bool = False, call_timeout: float | None = None,
+                 shrink_seconds: float | None = None):
         self.backend_spec = backend_spec
         self.backend_name = description.get("name", backend_spec)
         self.worker = worker
@@ -128,6 +129,7 @@ class Harness:
         self.node = node
         self.run_unclaimed = run_unclaimed
         self.call_timeout = call_timeout or profile.call_timeout
+        self.shrink_seconds = shrink_seconds or profile.shrink_seconds   # profiles.py, "Shrink budget"
         marker = node.get_closest_marker("kvconform")
         meta = marker.kwargs if marker else {"op": "", "clauses": (), "layer": ""}
         self.op: str = meta["op"]
@@ -223,8 +225,21 @@ class Harness:
                 run()
             except (ConformanceFailure, BackendError, Exception) as exc:
                 pytest.skip(f"unsupported (unclaimed and failing: {str(exc).splitlines()[0][:200]})")
-        else:
+        elif not self.profile.shrink:
             run()   # a failure is diagnosed once the test body has raised (plugin: diagnose_failure)
+        else:
+            budget = profiles.ShrinkBudget(self.shrink_seconds)
+            try:
+                with budget:
+                    run()
+            except (ConformanceFailure, *_GROUPS) as exc:
+                if budget.stopped and self.failure is not None:
+                    line = "\n  " + budget.note(self.profile.name)
+                    self.failure["message"] += line
+                    self.failure["full_message"] += line
+                    if isinstance(exc, ConformanceFailure):
+                        exc.args = (self.failure["message"],)
+                raise
 
     def run_state_machine(self, machine_cls, *, budget: float = 1.0, steps: int = 12) -> None:
         """Run a hypothesis `RuleBasedStateMachine` under the profile (its rules call `self.call`).

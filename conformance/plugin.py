@@ -42,12 +42,15 @@ def pytest_addoption(parser):
     g.addoption("--kvc-expectations", action="append", default=[], metavar="TOML")
     g.addoption("--kvc-timeout", type=profiles.timeout_seconds, default=None,
                 help="seconds per backend call, > 0 (default: profile)")
+    g.addoption("--kvc-shrink-seconds", type=profiles.timeout_seconds, default=None,
+                help="seconds of shrinking per test, > 0, after which the smallest counterexample so far is "
+                     "kept (default: profile)")
     g.addoption("--kvc-run-unclaimed", action="store_true",
                 help="also run cases outside the claims (pass -> unclaimed-pass, fail -> unsupported)")
     g.addoption("--kvc-isolation", choices=("subprocess", "none"), default="subprocess")
     g.addoption("--kvc-max-crashes", type=int, default=None, metavar="N",
                 help="after N crashes or hangs in a row of one backend's op, record its remaining tests as "
-                     "crash without running them (default 3; 0: never; counted per pytest process)")
+                     "`not run` (default 3; 0: never; counted per pytest process)")
 
 
 class RunState:
@@ -62,6 +65,7 @@ class RunState:
         self.profile = profiles.get(options["profile"])
         self.ops = options["ops"]
         self.timeout = options["timeout"]
+        self.shrink_seconds = opt("kvc_shrink_seconds")   # None: the profile's
         self.run_unclaimed = options["run_unclaimed"]
         self.max_crashes = options["max_crashes"]
         self.shard = _parse_shard(opt("kvc_shard"))
@@ -317,7 +321,8 @@ def kvc(request, kvc_backend):
     worker, description = state.worker(kvc_backend)
     harness = Harness(backend_spec=kvc_backend, worker=worker, description=description,
                       profile=state.profile, out_dir=state.out or Path(".kvconform"), node=request.node,
-                      run_unclaimed=state.run_unclaimed, call_timeout=state.timeout)
+                      run_unclaimed=state.run_unclaimed, call_timeout=state.timeout,
+                      shrink_seconds=state.shrink_seconds)
     request.node._kvc_harness = harness
     if not description.get("available", True):
         pytest.skip(f"unsupported: backend {kvc_backend} cannot run here: {description.get('reason')}")

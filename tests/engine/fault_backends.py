@@ -232,3 +232,20 @@ def make_returns_list():
 
 def make_returns_generator():
     return ReturnsGenerator()
+
+
+# --- a slow, wrong backend (the shrink budget, profiles.ShrinkBudget) ------------------------------
+
+class SlowAndWrong(_OnlyWriteKv):
+    """Every call takes 0.1 s; with 3 rows or more it writes k one too high: shrinking a failure down to
+    3 rows calls it dozens of times."""
+    name = "slow-and-wrong"
+
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
+        time.sleep(0.1)
+        wrong = k + 1 if len(k) >= 3 else k
+        return getattr(NumpyBackend(), "write_kv")(k_pages, v_pages, wrong, v, slot_mapping, **kw)
+
+
+def make_slow_and_wrong():
+    return SlowAndWrong()
