@@ -190,3 +190,20 @@ def test_a_chunk_size_the_backend_uses_is_said_honoured():
     assert hints == {"token by token (chunk_size 1)": "honoured",
                      # both sequences (5 and 3 tokens) fit one chunk of 16 and of 64: nothing to honour
                      "one chunk per sequence (chunk_size 64)": "without effect"}, found["variations"]
+
+
+def test_a_failure_only_with_an_empty_sequence_says_so():
+    """jax's ragged kernel: a leading sequence with no query row and no key corrupts the next one (issue 31)."""
+    rng = np.random.default_rng(2)
+    inputs = dict(q=rng.standard_normal((1, 2, 4)).astype(np.float32),
+                  k_pages=rng.standard_normal((2, 2, 1, 4)).astype(np.float32),
+                  v_pages=rng.standard_normal((2, 2, 1, 4)).astype(np.float32),
+                  kv_lens=np.array([0, 1], np.int32), page_indices=np.array([[1], [0]], np.int32),
+                  cu_q_lens=np.array([0, 0, 1], np.int32), num_seqs=2)
+
+    def wrong_after_an_empty_sequence(op, inputs):
+        out = _right(op, inputs)
+        return out + 1.0 if (np.diff(inputs["cu_q_lens"][:int(inputs["num_seqs"]) + 1]) == 0).any() else out
+    found = diagnose(_kvc(wrong_after_an_empty_sequence),
+                     ("differential", Case("ragged_paged_attention", inputs, {})), "fail")
+    assert found["summary"].startswith("passes with sequences without query rows dropped"), found["summary"]
