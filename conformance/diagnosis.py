@@ -416,9 +416,10 @@ def without(case: Case, label: str, **replace) -> tuple[str, Case] | None:
 
 def rows_dropped(case: Case, label: str, names, keep) -> tuple[str, Case] | None:
     """A variation without the padding rows: the leading rows of inputs `names` where `keep` (bool[rows])
-    is False are dropped; None when every row is kept (nothing to vary) or none would be left."""
+    is False are dropped (all of them, if need be: an empty batch is a valid call); None when every row is
+    kept (nothing to vary)."""
     keep = np.asarray(keep, bool)
-    if keep.all() or not keep.any():
+    if keep.all():
         return None
     inputs = dict(case.inputs)
     for name in names:

@@ -392,7 +392,7 @@ class Harness:
         re-run the failing case with variations (diagnosis.py) and append what they show to the failure's
         message; never changes the verdict. Symptoms: a wrong result (`fail`), a call that raised
         (`raises`), a crashed or hung worker (`crash`, the case of the call that crashed). An errors-layer
-        case (malformed on purpose) and a test not run are not diagnosed."""
+        case (malformed on purpose) and a test not run are not diagnosed; a hang is not re-run."""
         if self.not_run or self.unclaimed:
             return
         if isinstance(exc, BackendCrash):
@@ -406,7 +406,11 @@ class Harness:
         kind = self._check_kind or ("differential", case)   # a golden: the reference equals its hand-worked value
         from .diagnosis import diagnose
         try:
-            found = diagnose(self, kind, symptom)
+            if symptom == "crash" and str(exc).startswith("hang"):
+                found = {"summary": f"not diagnosed: it hung, and each variation could cost the "
+                                    f"{self.call_timeout:g} s call timeout again", "variations": []}
+            else:
+                found = diagnose(self, kind, symptom)
         except BaseException as err:  # a crash while diagnosing must not lose the failure itself
             found = {"summary": f"diagnosis not available ({type(err).__name__}: {str(err)[:200]})",
                      "variations": []}
@@ -505,9 +509,10 @@ class Harness:
         was raised), per-field metrics, case, expectation, tolerance, replay line; `traceback` (a backend
         exception's, whole) goes to the record apart from the message; `replay`: how to repeat the failing
         call (flaky.py); `symptom`: "raises" when the backend's call raised (the diagnosis words it so).
-        Text from the backend is bounded and its control characters escaped (backend_text.py): the message keeps its head and tail, the whole text is `full_message`, which
-        the plugin writes to the reproducer's failure.txt, with the traceback and what the backend printed
-        during the failing call (`output`)."""
+        Text from the backend is bounded and its control characters escaped (backend_text.py): the message
+        keeps its head and tail, the whole text is `full_message`, which the plugin writes to the
+        reproducer's failure.txt, with the traceback and what the backend printed during the failing call
+        (`output`)."""
         lines = [f"[{case.op}] clauses {', '.join(self.clauses) or '-'}: {self.backend_name} {headline}"]
         lines += [f"  {line}" for line in detail if line]
         lines += [f"  {r.summary()}" for r in fields]
@@ -599,3 +604,4 @@ def _bit_changes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def checks_tolerance_reason(case: Case, fields: list[FieldResult]) -> str:
     return "; ".join(f"{r.name}: {r.tolerance.get('reason') or r.kind}" for r in fields)
+

@@ -249,3 +249,24 @@ class SlowAndWrong(_OnlyWriteKv):
 
 def make_slow_and_wrong():
     return SlowAndWrong()
+
+
+# --- a backend that crashes on padding rows (a crash's diagnosis, issue 31) -----------------------
+
+class CrashesOnPaddingRows(NumpyBackend):
+    """causal_conv1d_update that dies on a padding row (state index -1, RS-3), as a kernel indexing the
+    pool with it would; right otherwise."""
+    name = "crashes-on-padding"
+
+    def capabilities(self):
+        return {"causal_conv1d_update": super().capabilities()["causal_conv1d_update"]}
+
+    def causal_conv1d_update(self, x, conv_state, weight, bias=None, *, state_indices=None, **kw):
+        if state_indices is not None and (state_indices == -1).any():
+            os.abort()
+        return getattr(NumpyBackend(), "causal_conv1d_update")(x, conv_state, weight, bias,
+                                                               state_indices=state_indices, **kw)
+
+
+def make_crashes_on_padding():
+    return CrashesOnPaddingRows()

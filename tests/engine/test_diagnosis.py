@@ -207,3 +207,16 @@ def test_a_failure_only_with_an_empty_sequence_says_so():
     found = diagnose(_kvc(wrong_after_an_empty_sequence),
                      ("differential", Case("ragged_paged_attention", inputs, {})), "fail")
     assert found["summary"].startswith("passes with sequences without query rows dropped"), found["summary"]
+
+
+def test_a_crash_in_a_run_carries_its_diagnosis(cli, tmp_path):
+    """End to end: the crash record of a run holds the diagnosis (message, record, reproducer)."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "fault_backends:make_crashes_on_padding", "--ops", "causal_conv1d_update",
+               "--out", str(out), "--", "-k", "differential and padding_slots")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    crashed = [r for r in cli.report(out)["results"] if r["status"] == "crash"]
+    assert crashed, [r["status"] for r in cli.report(out)["results"]]
+    for record in crashed:
+        assert "diagnosis: the crash disappears with padding rows off" in record["message"], record["message"]
+        assert record["diagnosis"]["variations"][0]["name"] == "padding rows off"
