@@ -225,21 +225,27 @@ class Harness:
                 run()
             except (ConformanceFailure, BackendError, Exception) as exc:
                 pytest.skip(f"unsupported (unclaimed and failing: {str(exc).splitlines()[0][:200]})")
-        elif not self.profile.shrink:
-            run()   # a failure is diagnosed once the test body has raised (plugin: diagnose_failure)
         else:
-            budget = profiles.ShrinkBudget(self.shrink_seconds)
-            try:
-                with budget:
-                    run()
-            except (ConformanceFailure, *_GROUPS) as exc:
-                if budget.stopped and self.failure is not None:
-                    line = "\n  " + budget.note(self.profile.name)
-                    self.failure["message"] += line
-                    self.failure["full_message"] += line
-                    if isinstance(exc, ConformanceFailure):
-                        exc.args = (self.failure["message"],)
-                raise
+            self._shrink_capped(run)   # a failure is diagnosed once the body has raised (plugin: diagnose_failure)
+
+    def _shrink_capped(self, run: Callable[[], None]) -> None:
+        """`run()` (a Hypothesis test) with its shrinking capped at the profile's budget (profiles.py,
+        "Shrink budget"); a failure whose shrinking the cap ended says so in its message."""
+        if not self.profile.shrink:
+            run()
+            return
+        budget = profiles.ShrinkBudget(self.shrink_seconds)
+        try:
+            with budget:
+                run()
+        except (ConformanceFailure, *_GROUPS) as exc:
+            if budget.stopped and self.failure is not None:
+                line = "\n  " + budget.note(self.profile.name)
+                self.failure["message"] += line
+                self.failure["full_message"] += line
+                if isinstance(exc, ConformanceFailure):
+                    exc.args = (self.failure["message"],)
+            raise
 
     def run_state_machine(self, machine_cls, *, budget: float = 1.0, steps: int = 12) -> None:
         """Run a hypothesis `RuleBasedStateMachine` under the profile (its rules call `self.call`).
@@ -255,7 +261,7 @@ class Harness:
             chosen = hypothesis.settings(profiles.hypothesis_settings(self.profile, budget=budget,
                                                                       out_dir=self.out_dir),
                                          stateful_step_count=steps)
-            run_state_machine_as_test(machine_cls, settings=chosen)
+            self._shrink_capped(lambda: run_state_machine_as_test(machine_cls, settings=chosen))
             runs += chosen.max_examples
             if self.examples > before:
                 return
