@@ -51,8 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=timeout_seconds, default=None, help="seconds per backend call, > 0")
     run.add_argument("--run-unclaimed", action="store_true")
     run.add_argument("--max-crashes", type=int, default=None, metavar="N",
-                     help="after N crashes or hangs in a row of one op, record its remaining tests as crash "
-                          "without running them (default 3; 0: never)")
+                     help="after N crashes or hangs in a row of one op, record its remaining tests as `not run` "
+                          "without running them (default 3; 0: never); the crashes fail the run")
     run.add_argument("--suite", default=None, help=argparse.SUPPRESS)
     run.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --")
 
