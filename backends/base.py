@@ -134,34 +134,169 @@ def convention_problem(name: str, value: Any) -> str | None:
     return f"limit {name} must be one of {list(allowed)}, got {value!r}"
 
 
-def claims_problems(capabilities: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
-    """{op: [problem in words]} for claims that name an unknown op, feature, layout or limit (with the
-    closest registered name); empty when every name is known. `capabilities`: describe()["capabilities"]."""
+#: Limits whose value is not a size constraint (strategies/constraints.py): "count", a plain integer >= 1
+#: (a threshold or a bound the strategies read as is); "dtype_pairs", a list of [activation, KV] dtype-name
+#: pairs. Every other registered limit is a size constraint: an int >= 1 (upper bound) or a dict with the
+#: keys of SIZE_CONSTRAINT_KEYS. Conventions (CONVENTIONS) are judged by convention_problem. A new limit of
+#: another kind must be added here, or its values are judged as a size constraint.
+LIMIT_KINDS: dict[str, str] = {"split_kv_min_keys": "count", "max_head_dim": "count", "min_width": "count",
+                               "dtype_pairs": "dtype_pairs"}
+#: the keys of a dict size constraint: {"values": [int, ...]}, {"multiple_of": int}, {"min": int, "max": int}
+SIZE_CONSTRAINT_KEYS = ("values", "multiple_of", "min", "max")
+#: OpClaims fields holding names, and those holding sizes (None = any)
+_NAME_FIELDS = ("dtypes", "kv_dtypes", "layouts", "features")
+_SIZE_FIELDS = ("page_sizes", "head_dims")
+
+
+def dtype_names() -> tuple[str, ...]:
+    """The dtype names claims may use: the reference's canonical float and quantized names
+    (reference/dtypes.py: "float32", "bfloat16", "float8_e4m3fn", "int8", ...) and NumPy's integer names
+    (metadata ops take "int32" / "uint8" arrays)."""
+    from kvconform.reference.dtypes import DTYPES
+    ints = ("int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+    return tuple(DTYPES) + tuple(n for n in ints if n not in DTYPES)
+
+
+def did_you_mean(name, known) -> str:
+    """The end of an unknown-name message: ` (did you mean 'x'?)` naming the closest of `known`, or
+    ` (known: ...)` when none is close."""
     import difflib
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(map(str, known)) or 'none'})"
 
-    def unknown(kind: str, names, known, op: str) -> list[str]:
-        out = []
-        for name in names or ():
-            if name not in known:
-                close = difflib.get_close_matches(str(name), list(known), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known) or 'none'})"
-                out.append(f"unknown {kind} {name!r} for {op}{hint}")
-        return out
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def size_constraint_problem(value) -> str | None:
+    """Why `value` is not a size constraint (strategies/constraints.py), in words; None when it is one.
+    An int >= 1 is an upper bound; a dict names a set ("values": non-empty list of ints >= 0), multiples
+    ("multiple_of": int >= 1) and a range ("min" / "max": ints >= 0, min <= max)."""
+    if _is_int(value):
+        return None if value >= 1 else f"an upper bound must be >= 1, got {value}"
+    if not isinstance(value, Mapping):
+        return (f"must be an int (upper bound) or a dict with {', '.join(SIZE_CONSTRAINT_KEYS)}, "
+                f"got {type(value).__name__} {value!r}")
+    if not value:
+        return f"an empty dict constrains nothing: give {', '.join(SIZE_CONSTRAINT_KEYS)}"
+    for key in value:
+        if key not in SIZE_CONSTRAINT_KEYS:
+            return f"unknown constraint key {key!r}{did_you_mean(key, SIZE_CONSTRAINT_KEYS)}"
+    values = value.get("values")
+    if "values" in value and (not isinstance(values, (list, tuple)) or not values
+                              or not all(_is_int(v) and v >= 0 for v in values)):
+        return f"'values' must be a non-empty list of integers >= 0, got {values!r}"
+    if "multiple_of" in value and not (_is_int(value["multiple_of"]) and value["multiple_of"] >= 1):
+        return f"'multiple_of' must be an integer >= 1, got {value['multiple_of']!r}"
+    for key in ("min", "max"):
+        if key in value and not (_is_int(value[key]) and value[key] >= 0):
+            return f"{key!r} must be an integer >= 0, got {value[key]!r}"
+    if _is_int(value.get("min")) and _is_int(value.get("max")) and value["min"] > value["max"]:
+        return f"'min' {value['min']} is above 'max' {value['max']}"
+    return None
+
+
+def _limit_problem(name: str, value) -> str | None:
+    if name in CONVENTIONS:
+        return convention_problem(name, value)
+    kind = LIMIT_KINDS.get(name, "size")
+    if kind == "count":
+        return None if _is_int(value) and value >= 1 else f"must be an integer >= 1, got {value!r}"
+    if kind == "dtype_pairs":
+        known = dtype_names()
+        if not isinstance(value, (list, tuple)) or not value:
+            return f"must be a non-empty list of [activation dtype, KV dtype] pairs, got {value!r}"
+        for pair in value:
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                return f"each entry must be an [activation dtype, KV dtype] pair, got {pair!r}"
+            for dtype in pair:
+                if dtype not in known:
+                    return f"unknown dtype {dtype!r}{did_you_mean(dtype, known)}"
+        return None
+    return size_constraint_problem(value)
+
+
+def _op_claims_problems(op: str, raw) -> list[str]:
+    """Every problem of one op's claims (as OpClaims.to_json writes them), each naming the op."""
+    if not isinstance(raw, Mapping):
+        return [f"{op}: claims must be OpClaims, got {type(raw).__name__}"]
+    fields = [f.name for f in dataclasses.fields(OpClaims)]
+    found = [f"{op}: unknown claims field {k!r}{did_you_mean(k, fields)}" for k in raw if k not in fields]
+    known_names = {"dtypes": dtype_names(), "kv_dtypes": dtype_names(), "features": FEATURES.get(op, ()),
+                   "layouts": LAYOUTS.get(op, ())}
+    for field_name in _NAME_FIELDS:
+        names = raw.get(field_name) or ()
+        kind = field_name[:-1].replace("kv_dtype", "KV dtype")
+        if not isinstance(names, (list, tuple)):
+            found.append(f"{op}: {field_name} must be a list of names, got {type(names).__name__} {names!r}")
+            continue
+        for name in names:
+            if not isinstance(name, str):
+                found.append(f"{op}: {field_name} holds {name!r}, not a name")
+            elif name not in known_names[field_name]:
+                found.append(f"{op}: unknown {kind} {name!r}{did_you_mean(name, known_names[field_name])}")
+    for field_name in _SIZE_FIELDS:
+        sizes = raw.get(field_name)
+        if sizes is None:
+            continue
+        if not isinstance(sizes, (list, tuple)) or not sizes:
+            found.append(f"{op}: {field_name} must be None (any) or a non-empty list of integers >= 1, "
+                         f"got {sizes!r}")
+        elif not all(_is_int(v) and v >= 1 for v in sizes):
+            bad = ", ".join(repr(v) for v in sizes if not (_is_int(v) and v >= 1))
+            found.append(f"{op}: {field_name} must be integers >= 1, got {bad}")
+    limits = raw.get("limits") or {}
+    if not isinstance(limits, Mapping):
+        found.append(f"{op}: limits must be a dict, got {type(limits).__name__} {limits!r}")
+        limits = {}
+    for name, value in limits.items():
+        if name not in LIMITS.get(op, ()):
+            found.append(f"{op}: unknown limit {name!r}{did_you_mean(name, LIMITS.get(op, ()))}")
+            continue
+        problem = _limit_problem(name, value)
+        if problem:
+            found.append(f"{op}: limit {name}={value!r}: {problem}")
+    return found
+
+
+def claims_problems(capabilities: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """{op: [problem in words]} for claims that are not valid data: an unknown op, feature, layout, dtype,
+    limit or claims field (each with the closest registered name), a limit whose value breaks its kind
+    (LIMIT_KINDS), page sizes or head dims that are not integers >= 1. Empty when every claim is valid.
+    `capabilities`: describe()["capabilities"] (OpClaims.to_json per op)."""
     problems: dict[str, list[str]] = {}
     for op, raw in capabilities.items():
         if op not in OPS:
-            close = difflib.get_close_matches(str(op), list(OPS), n=1)
-            problems[op] = [f"unknown op {op!r}" + (f" (did you mean {close[0]!r}?)" if close else "")]
+            problems[op] = [f"unknown op {op!r}{did_you_mean(op, OPS)}"]
             continue
-        found = unknown("feature", raw.get("features"), FEATURES.get(op, ()), op)
-        found += unknown("layout", raw.get("layouts"), LAYOUTS.get(op, ()), op)
-        found += unknown("limit", list(raw.get("limits") or {}), LIMITS.get(op, ()), op)
-        found += [p for name, value in (raw.get("limits") or {}).items()
-                  if name in LIMITS.get(op, ()) and (p := convention_problem(name, value))]
+        found = _op_claims_problems(op, raw)
         if found:
             problems[op] = found
     return problems
+
+
+def description_problems(description) -> list[str]:
+    """Every reason the description a backend gives of itself (Backend.describe(): name, version,
+    available, capabilities) cannot be used to check it, one line each; empty when it is usable."""
+    if not isinstance(description, Mapping):
+        return [f"describe() must return a dict, got {type(description).__name__}"]
+    found = []
+    name = description.get("name")
+    if not isinstance(name, str) or not name.strip():
+        found.append(f"name must be a non-empty str, got {type(name).__name__} {name!r}")
+    version = description.get("version")
+    if not isinstance(version, str):
+        found.append(f"version must be a str, got {type(version).__name__} {version!r}")
+    if not isinstance(description.get("available"), bool):
+        found.append("availability() must return an Availability (kvconform.backends.base), got "
+                     f"available={description.get('available')!r}")
+    capabilities = description.get("capabilities")
+    if not isinstance(capabilities, Mapping):
+        found.append(f"capabilities() must return a dict of op name -> OpClaims, got {type(capabilities).__name__}")
+    else:
+        found += [p for ps in claims_problems(capabilities).values() for p in ps]
+    return found
 
 
 class Unsupported(Exception):
@@ -233,8 +368,19 @@ class Backend:
         return {}
 
     def describe(self) -> dict:
-        """Serialisable summary for reports and `kvconform list`."""
+        """Serialisable summary for reports and `kvconform list` (checked by `description_problems`).
+        Raises TypeError, in words, for an availability() or capabilities() of the wrong type."""
         avail = self.availability()
+        if not isinstance(avail, Availability):
+            raise TypeError(f"availability() must return kvconform.backends.base.Availability, got "
+                            f"{type(avail).__name__}")
+        capabilities = self.capabilities()
+        if not isinstance(capabilities, Mapping):
+            raise TypeError(f"capabilities() must return a dict of op name -> OpClaims, got "
+                            f"{type(capabilities).__name__}")
+        wrong = [f"{op!r} -> {type(c).__name__}" for op, c in capabilities.items() if not isinstance(c, OpClaims)]
+        if wrong:
+            raise TypeError(f"capabilities() must map op names to OpClaims, got {', '.join(wrong)}")
         return {
             "name": self.name,
             "version": self.version,
@@ -242,5 +388,5 @@ class Backend:
             "reason": avail.reason,
             "device": avail.device,
             "native": avail.native,
-            "capabilities": {op: claims.to_json() for op, claims in self.capabilities().items()},
+            "capabilities": {op: claims.to_json() for op, claims in capabilities.items()},
         }

@@ -1,14 +1,17 @@
 """`kvconform check-backend SPEC`: what is wrong with a backend, in plain words, before a full run.
 
 Checks, in order, and reports every finding (not only the first):
-1. it loads (entry-point name or package.module:factory) and describes itself (availability, claims);
-2. its claims use only registered names (backends/base.py: OPS, FEATURES, LAYOUTS, LIMITS);
+1. it loads (entry-point name or package.module:factory) and describes itself (availability, claims), in
+   a worker subprocess under --timeout, as a run loads it (loading.py);
+2. its claims are valid data (backends/base.py: claims_problems: registered op, feature, layout, limit and
+   dtype names, limit values, page sizes and head dims);
 3. each claimed op is a method whose signature takes the reference function's arguments
-   (kvconform.reference.<op>: same positional order, every keyword accepted);
-4. each claimed op, called once in a worker subprocess on one small case drawn inside its claims, returns
+   (kvconform.reference.<op>: same positional order, every keyword accepted), inspected in the worker;
+4. each claimed op, called once in the worker on one small case drawn inside its claims, returns
    what the reference returns within the suite's checks (the same comparison as `kvconform run`).
 
-A finding is a `Finding(op, problem)`; the command exits 1 when there is any.
+The outcome is a `Check`: findings (defects of the backend: exit 1), the reasons something could not be
+checked (it did not load, its claims are unusable, it cannot run here: exit 3, gate.py) and notes.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvconform import reference
-from kvconform.backends.base import OPS, OpClaims, claims_problems
+from kvconform.backends.base import OPS, OpClaims
 
 
 @dataclass(frozen=True)
@@ -110,82 +113,93 @@ def draw_one(strategy, seed: int = 0, tries: int = 20):
     return (full or drawn)[0 if full else -1]
 
 
-def check_backend(spec: str, *, timeout: float = 120.0) -> tuple[list[Finding], list[str]]:
-    """(findings, notes): what is wrong with backend `spec`, and what was checked (for the output)."""
+@dataclass
+class Check:
+    findings: list[Finding]     # defects: the command exits 1
+    notes: list[str]            # what was checked
+    not_checked: list[str]      # why something claimed could not be checked: exit 3 when nothing failed
+
+    @property
+    def exit_code(self) -> int:
+        from .gate import EXIT_FAILED, EXIT_NOT_CHECKED, EXIT_OK
+        return EXIT_FAILED if self.findings else EXIT_NOT_CHECKED if self.not_checked else EXIT_OK
+
+
+def check_backend(spec: str, *, timeout: float = 120.0) -> Check:
+    """What is wrong with backend `spec`, what could not be checked, and what was (for the output)."""
     import pytest
-    from kvconform import backends
+
     from .harness import compare_outputs
-    from .worker import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
-                         ClaimsUnreadable, Worker)
+    from .loading import load
+    from .worker import BackendCrash, BackendDeclined, BackendError, BackendProtocolError
 
-    try:
-        backend = backends.load(spec)
-    except backends.BackendLoadError as exc:
-        return [Finding("", str(exc))], []
-    try:
-        desc = backend.describe()
-    except Exception as exc:
-        return [Finding("", f"describe() raised {type(exc).__name__}: {exc} (availability() or capabilities() "
-                            f"must return plain claims; backends/base.py)")], []
-    notes = [f"{desc.get('name', spec)} {desc.get('version', '')}: "
-             + (desc.get("device") or "available" if desc.get("available") else f"cannot run here: {desc.get('reason')}")]
-    findings = [Finding(op if op in OPS else "", p) for op, ps in claims_problems(desc["capabilities"]).items()
-                for p in ps]
-    claimed = [op for op in desc["capabilities"] if op in OPS]
+    loaded = load(spec, timeout=timeout)
+    desc = loaded.description
+    if loaded.problem:
+        if desc.get("claims_problems"):
+            return Check([], [], [f"its claims are invalid: {p}" for p in desc["claims_problems"]])
+        return Check([], [], [loaded.problem])
+    check = Check([], [f"{desc['name']} {desc['version']}: {desc.get('device') or 'available'}"], [])
+    claimed = list(desc["capabilities"])
     if not claimed:
-        findings.append(Finding("", f"claims none of the ops ({', '.join(OPS)})"))
-    for op in claimed:
-        method = getattr(backend, op, None)
-        if not callable(method):
-            findings.append(Finding(op, f"is claimed but the backend has no method {op}"))
-            continue
-        problems, signature_notes = signature_problems(method, getattr(reference, op))
-        findings += [Finding(op, p) for p in problems]
-        notes += [f"{op}: {n}" for n in signature_notes]
-    if not desc.get("available", True) or any(not f.op for f in findings):
-        return findings, notes + ["no op was called (the backend cannot run here or its claims are unusable)"]
-
-    worker = Worker(spec, timeout=timeout)
+        check.not_checked.append(f"claims none of the ops ({', '.join(OPS)})")
+    worker = loaded.worker
     try:
-        worker.describe()
-    except (ClaimsUnreadable, BackendUnavailable) as exc:
-        return findings + [Finding("", f"cannot start in a worker process: {exc}")], notes
-    try:
+        try:
+            methods = worker.inspect(claimed)
+        except BackendCrash as exc:
+            check.not_checked.append(f"its op methods could not be inspected: {exc}")
+            return check
         for op in claimed:
-            if any(f.op == op for f in findings):
+            if not methods[op]["method"]:
+                check.findings.append(Finding(op, f"is claimed but the backend has no method {op}"))
+            check.findings += [Finding(op, p) for p in methods[op]["problems"]]
+            check.notes += [f"{op}: {n}" for n in methods[op]["notes"]]
+        for op in claimed:
+            if any(f.op == op for f in check.findings):
                 continue
             claims = OpClaims.from_json(desc["capabilities"][op])
             try:
                 case = draw_one(small_case_strategy(op, claims))
             except pytest.skip.Exception as exc:
-                findings.append(Finding(op, f"no case lies inside its claims ({exc.msg.removeprefix('unsupported: ')})"))
+                check.findings.append(Finding(op, f"no case lies inside its claims "
+                                                  f"({exc.msg.removeprefix('unsupported: ')})"))
                 continue
             expected = getattr(reference, op)(**case.inputs)
             try:
                 actual, mutated = worker.call(op, case.inputs)
             except BackendCrash as exc:
-                findings.append(Finding(op, f"crashed on {case.shape_summary()}: {exc}"))
+                check.findings.append(Finding(op, f"crashed on {case.shape_summary()}: {exc}"))
                 continue
             except BackendDeclined as exc:
-                findings.append(Finding(op, f"raised kvconform.Unsupported({str(exc)!r}) for a case inside its "
-                                            f"claims ({case.shape_summary()})"))
+                check.findings.append(Finding(op, f"raised kvconform.Unsupported({str(exc)!r}) for a case inside "
+                                                  f"its claims ({case.shape_summary()})"))
                 continue
             except BackendError as exc:
-                findings.append(Finding(op, f"raised {exc.type_name}: {exc.message} on {case.shape_summary()}"))
+                check.findings.append(Finding(op, f"raised {exc.type_name}: {exc.message} on {case.shape_summary()}"))
                 continue
             except BackendProtocolError as exc:
-                findings.append(Finding(op, f"{exc} on {case.shape_summary()}"))
+                check.findings.append(Finding(op, f"{exc} on {case.shape_summary()}"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a result the engine cannot read: one line, no traceback
+                check.findings.append(Finding(op, f"returned a result the engine could not read ({type(exc).__name__}: "
+                                                  f"{exc}) on {case.shape_summary()}"))
                 continue
             if mutated:
-                findings.append(Finding(op, f"modified or aliased its inputs: {', '.join(mutated)}"))
-            bad = [r for r in compare_outputs(case, expected, actual) if not r.ok]
+                check.findings.append(Finding(op, f"modified or aliased its inputs: {', '.join(mutated)}"))
+            try:
+                bad = [r for r in compare_outputs(case, expected, actual) if not r.ok]
+            except Exception as exc:  # noqa: BLE001 - a result of the wrong structure: said in words
+                check.findings.append(Finding(op, f"returned a result that cannot be compared with the reference's "
+                                                  f"({type(exc).__name__}: {exc}) on {case.shape_summary()}"))
+                continue
             if bad and bad[0].kind == "structure":    # nothing compared: the fields do not match (protocol.py)
-                findings.append(Finding(op, f"{bad[0].problem} on {case.shape_summary()}"))
+                check.findings.append(Finding(op, f"{bad[0].problem} on {case.shape_summary()}"))
             elif bad:
-                findings.append(Finding(op, f"differs from the reference on {case.shape_summary()}: "
-                                            + "; ".join(r.summary() for r in bad)))
+                check.findings.append(Finding(op, f"differs from the reference on {case.shape_summary()}: "
+                                                  + "; ".join(r.summary() for r in bad)))
             else:
-                notes.append(f"{op}: one small case matches the reference ({case.shape_summary()})")
+                check.notes.append(f"{op}: one small case matches the reference ({case.shape_summary()})")
     finally:
-        worker.stop()
-    return findings, notes
+        loaded.stop()
+    return check

@@ -1,8 +1,10 @@
 """`kvconform`: run the suite, list backends, clause coverage, replay reproducers, merge reports.
 
-Bad input (unknown backend or op, malformed module:factory, an option's value breaking its rule,
-unwritable --out, no or a corrupted reproducer) prints one line `kvconform: error: ...` and exits 2; no
-traceback reaches the user.
+Exit codes, the same for every command and route (gate.py; conformance/README.md, "What the exit code
+means"): 0 every claimed case checked and none failed; 1 a failure; 2 bad invocation (one line
+`kvconform: error: ...` on stderr naming the argument and the rule, nothing run, never a traceback);
+3 NOT CHECKED (nothing failed, but not everything claimed was checked: the reasons are printed and in
+every report); 130 / 143 interrupted by SIGINT / SIGTERM.
 """
 from __future__ import annotations
 
@@ -13,7 +15,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-EXIT_USAGE = 2
+from .gate import EXIT_FAILED, EXIT_NOT_CHECKED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
+
+EXIT_CODES = """exit codes (every command; conformance/README.md, "What the exit code means"):
+  0    every claimed case was checked and none failed (xfail allowed)
+  1    at least one failure: fail, crash (incl. hang), flaky, xpass of a strict expectation
+  2    bad invocation: a command-line argument or an unreadable expectations file (one line on
+       stderr naming the argument and the rule; nothing was run)
+  3    NOT CHECKED: nothing failed, but not everything claimed was checked (a backend that did not
+       load, exited, hung or crashed while loading; claims that cannot be read or are invalid; a
+       claimed op with no numerical test run; a requested op or shard missing; zero tests selected;
+       a run cut short); each reason is printed and shown in every report
+  130  interrupted by SIGINT (Ctrl-C)      143  interrupted by SIGTERM
+A failure (1) takes precedence over NOT CHECKED (3); both are reported."""
 
 
 class UsageError(Exception):
@@ -30,25 +44,33 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     from .profiles import timeout_seconds
-    p = _Parser(prog="kvconform", description="KV-cache kernel conformance suite")
+    raw = argparse.RawDescriptionHelpFormatter
+    p = _Parser(prog="kvconform", description="KV-cache kernel conformance suite", epilog=EXIT_CODES,
+                formatter_class=raw)
     sub = p.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run the conformance suite")
+    run = sub.add_parser("run", help="run the conformance suite", epilog=EXIT_CODES, formatter_class=raw)
     run.add_argument("--backend", action="append", default=[], metavar="SPEC",
-                     help="entry-point name or package.module:factory (repeatable; default: all that run here)")
+                     help="entry-point name or package.module:factory (repeatable; a repeated one runs once; "
+                          "default: all that run here)")
     run.add_argument("--ops", default=None, help="comma-separated ops (default: all)")
     run.add_argument("--profile", default=None,
                      help="quick, ci, thorough or repro (default: $KVCONFORM_PROFILE or quick; with --resume: the "
                           "resumed run's)")
     run.add_argument("--out", default="kvconform-out",
                      help="output directory (default: kvconform-out); a new run replaces an earlier run's files there")
-    run.add_argument("--jobs", "-j", type=int, default=1, help="parallel workers (pytest-xdist)")
+    run.add_argument("--jobs", "-j", type=int, default=1,
+                     help="parallel workers (pytest-xdist); at most the CPUs and the work units (test module x "
+                          "backend), with a note")
     run.add_argument("--shard", default=None, metavar="I/N")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in --out: its options from run.json, only the tests not yet recorded")
     run.add_argument("--expectations", action="append", default=[], metavar="TOML")
-    run.add_argument("--seed", type=int, default=None, help="Hypothesis seed (profiles quick/thorough)")
-    run.add_argument("--timeout", type=timeout_seconds, default=None, help="seconds per backend call, > 0")
+    run.add_argument("--seed", type=int, default=None,
+                     help="Hypothesis seed (profiles quick/thorough; ci and repro are derandomized and reject it)")
+    run.add_argument("--timeout", type=timeout_seconds, default=None,
+                     help="seconds per backend call, and for loading the backend (import, factory, availability, "
+                          "capabilities); > 0, at most a day (default: the profile's)")
     run.add_argument("--run-unclaimed", action="store_true")
     run.add_argument("--max-crashes", type=int, default=None, metavar="N",
                      help="after N crashes or hangs in a row of one op, record its remaining tests as `not run` "
@@ -56,14 +78,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--suite", default=None, help=argparse.SUPPRESS)
     run.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --")
 
-    lst = sub.add_parser("list", help="backends found, whether they can run here, their claims")
+    lst = sub.add_parser("list", help="backends found, whether they can run here, their claims",
+                         epilog=EXIT_CODES, formatter_class=raw)
     lst.add_argument("--backend", action="append", default=[], metavar="SPEC",
-                     help="list this backend only (entry-point name or package.module:factory; repeatable)")
+                     help="list this backend only (entry-point name or package.module:factory; repeatable); "
+                          "exit 3 if one cannot be loaded")
+    lst.add_argument("--timeout", type=timeout_seconds, default=120.0,
+                     help="seconds for loading each backend in its worker (default 120)")
 
-    chk = sub.add_parser("check-backend", help="what is wrong with a backend, in plain words: loading, claim "
-                                               "names, method signatures, one small case per claimed op")
+    chk = sub.add_parser("check-backend", help="what is wrong with a backend, in plain words: loading, claims, "
+                                               "method signatures, one small case per claimed op",
+                         epilog=EXIT_CODES, formatter_class=raw)
     chk.add_argument("backend", metavar="SPEC", help="entry-point name or package.module:factory")
-    chk.add_argument("--timeout", type=float, default=120.0, help="seconds per backend call (default 120)")
+    chk.add_argument("--timeout", type=timeout_seconds, default=120.0,
+                     help="seconds per backend call and for loading it (default 120)")
 
     cov = sub.add_parser("coverage", help="clause x layer coverage of the suite")
     cov.add_argument("--family", default=None, help="clause prefix, e.g. PA")
@@ -79,8 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-isolation", action="store_true", help="run the backend in this process")
 
     report = sub.add_parser("report", help="rebuild a run's reports from its results (report DIR), or join "
-                                           "shard reports (report merge A.json B.json ... --out DIR)",
-                            usage="kvconform report DIR | kvconform report merge A.json B.json ... --out DIR")
+                                           "shard reports and judge the whole: every shard present, every "
+                                           "claimed op checked (report merge A.json B.json ... --out DIR)",
+                            usage="kvconform report DIR | kvconform report merge A.json B.json ... --out DIR",
+                            epilog=EXIT_CODES, formatter_class=raw)
     report.add_argument("target", metavar="DIR|merge",
                         help="a run's output folder: write report.json, report.md, report.html and junit.xml "
                              "again from its results.jsonl and run.json; or `merge`")
@@ -103,12 +133,15 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("kvconform: interrupted (kvconform run --resume continues a run)", file=sys.stderr)
-        return 130
+        return EXIT_SIGINT
 
 
 # --- run -------------------------------------------------------------------------------------------
 
 def _check_out(out: str) -> Path:
+    if not out.strip():
+        raise UsageError(f"--out {out!r}: must name a folder (kvconform never writes into the current "
+                         f"folder unasked; give --out . for that)")
     path = Path(out).resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -119,22 +152,19 @@ def _check_out(out: str) -> Path:
     return path
 
 
-def _backends_for_run(requested: list[str]) -> list[str]:
-    from kvconform import backends
-    if not requested:
-        ok = [f.name for f in backends.discover() if f.backend is not None and f.backend.availability().ok]
-        if not ok:
-            raise UsageError("no backend can run here (see `kvconform list`)")
-        return ok
-    for spec in requested:
-        try:
-            backend = backends.load(spec)
-        except backends.BackendLoadError as exc:
-            raise UsageError(str(exc)) from None
-        avail = backend.availability()
-        if not avail.ok:
-            raise UsageError(f"backend {spec!r} cannot run here: {avail.reason}")
-    return requested
+def _parse_ops(text: str | None) -> list[str] | None:
+    """--ops: op names separated by commas (None: every op); an empty list or an unknown name is bad input."""
+    from kvconform.backends.base import OPS, did_you_mean
+    if text is None:
+        return None
+    ops = list(dict.fromkeys(o.strip() for o in text.split(",") if o.strip()))
+    if not ops:
+        raise UsageError(f"--ops {text!r} names no op: give op names separated by commas "
+                         f"(known: {', '.join(OPS)})")
+    unknown = [o for o in ops if o not in OPS]
+    if unknown:
+        raise UsageError("; ".join(f"--ops: unknown op {o!r}{did_you_mean(o, OPS)}" for o in unknown))
+    return ops
 
 
 def _resumed(args, out: Path) -> None:
@@ -157,19 +187,80 @@ def _resumed(args, out: Path) -> None:
     args.run_unclaimed, args.max_crashes = bool(kept["run_unclaimed"]), kept["max_crashes"]
 
 
-def _native_backends(specs: list[str], profile: str, *, chosen: bool) -> list[str]:
-    """The backends of a native-only profile: each named one must run natively on an accelerator
-    (`Availability.native`); without --backend, those of the found ones that do."""
+def _named_backends(specs: list[str], command: str) -> list[str]:
+    """The backends named with --backend, each resolved (bad input: an unknown name, a malformed spec, a
+    module that does not exist) and once: a repeat (or a second name of the same factory) is dropped
+    with a note, so that no result is counted twice."""
     from kvconform import backends
-    native = []
+    kept: dict[str, str] = {}   # spec -> module:factory
     for spec in specs:
-        avail = backends.load(spec).availability()
-        if avail.native:
+        try:
+            target = backends.resolve(spec)
+        except backends.BackendLoadError as exc:
+            raise UsageError(f"argument --backend: {exc}") from None
+        twin = next((s for s, t in kept.items() if t == target), None)
+        if twin is not None:
+            print(f"kvconform {command}: note: --backend {spec} names the same backend as {twin} "
+                  f"({target}); it is used once", flush=True)
+            continue
+        kept[spec] = target
+    return list(kept)
+
+
+def _runnable_here(timeout: float) -> list[str]:
+    """The entry-point backends that load and can run here (`kvconform run` without --backend), each
+    loaded in its worker (loading.py) and handed over to the run; one note for each left out."""
+    from kvconform import backends
+
+    from . import loading
+    loaded = loading.load_all(list(backends.entry_points()), timeout=timeout)
+    runnable = []
+    for spec, item in loaded.items():
+        if item.problem:
+            print(f"kvconform run: not running {spec}: {item.problem}", flush=True)
+        else:
+            loading.hand_over(item)
+            runnable.append(spec)
+    return runnable
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _clamp_jobs(jobs: int, specs: list[str], ops: list[str] | None, suite: Path, cpus: int) -> int:
+    """--jobs at most the CPUs and the work units the run hands out (one suite module x one backend,
+    plugin.pytest_xdist_make_scheduler): more workers only wait, and each costs a process start."""
+    from kvconform.backends.base import OPS
+    if jobs <= 1:
+        return jobs
+    families = {OPS[op] for op in ops} if ops else None
+    modules = [m for m in suite.glob("test_*.py")
+               if families is None or any(m.stem.startswith(f"test_{family}") for family in families)]
+    units = max(1, len(modules)) * max(1, len(specs))
+    clamped = max(1, min(jobs, cpus, units))
+    if clamped < jobs:
+        print(f"kvconform run: note: --jobs {jobs} clamped to {clamped} ({cpus} CPU(s), {units} work unit(s) of "
+              f"one test module x one backend)", flush=True)
+    return clamped
+
+
+def _native_backends(specs: list[str], profile: str, *, chosen: bool, timeout: float) -> list[str]:
+    """The backends of a native-only profile: each named one must run natively on an accelerator
+    (`Availability.native`, read from its description, loaded in its worker and handed over to the run);
+    without --backend, those of the found ones that do. A backend that cannot be loaded stays in: the
+    run reports it NOT CHECKED."""
+    from . import loading
+    native = []
+    for spec, item in loading.load_all(specs, timeout=timeout).items():
+        loading.hand_over(item)
+        desc = item.description
+        if desc.get("native") or desc.get("load_error") or desc.get("claims_error"):
             native.append(spec)
         elif chosen:
             raise UsageError(f"profile {profile} runs natively on a GPU or TPU only: backend {spec!r} runs on "
-                             f"{avail.device or 'the CPU'} here (profile scale-smoke runs the same tests at small "
-                             f"sizes anywhere)")
+                             f"{desc.get('device') or 'the CPU'} here (profile scale-smoke runs the "
+                             f"same tests at small sizes anywhere)")
     if not native:
         raise UsageError(f"profile {profile} runs natively on a GPU or TPU only: no backend found here does "
                          f"(see `kvconform list`)")
@@ -177,8 +268,7 @@ def _native_backends(specs: list[str], profile: str, *, chosen: bool) -> list[st
 
 
 def cmd_run(args) -> int:
-    from kvconform.backends.base import OPS
-    from . import outdir, profiles
+    from . import expectations, outdir, profiles
     if args.resume:
         _resumed(args, Path(args.out).resolve())
     if args.profile is None:
@@ -187,12 +277,8 @@ def cmd_run(args) -> int:
         args.max_crashes = 3
     if args.profile not in profiles.PROFILES:
         raise UsageError(f"unknown profile {args.profile!r}: choose one of {', '.join(profiles.PROFILES)}")
-    ops = None
-    if args.ops:
-        ops = [o.strip() for o in args.ops.split(",") if o.strip()]
-        unknown = [o for o in ops if o not in OPS]
-        if unknown:
-            raise UsageError(f"unknown op(s) {', '.join(unknown)}: known ops are {', '.join(OPS)}")
+    profile = profiles.get(args.profile)
+    ops = _parse_ops(args.ops)
     if args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
     if args.max_crashes < 0:
@@ -203,22 +289,32 @@ def cmd_run(args) -> int:
             assert 1 <= i <= n
         except (ValueError, AssertionError):
             raise UsageError(f"--shard must be I/N with 1 <= I <= N, got {args.shard!r}") from None
+    if args.seed is not None and profile.derandomize:
+        # a CI owner passing a seed expects other cases; the profile would silently draw the same ones
+        raise UsageError(f"--seed {args.seed}: profile {profile.name} is derandomized (the same cases on every "
+                         f"run), so a seed changes nothing; use --profile quick or thorough to draw other cases")
     for path in args.expectations:
-        from . import expectations
         try:
             expectations.load([path])
         except expectations.ExpectationError as exc:
-            raise UsageError(str(exc)) from None
-    profile = profiles.get(args.profile)
+            raise UsageError(f"argument --expectations: {exc}") from None
+    specs = _named_backends(args.backend, "run")
     out = _check_out(args.out)
     try:   # before loading any backend: a second run into this folder stops here, in one line
         outdir.lock(out)
     except outdir.FolderError as exc:
         raise UsageError(str(exc)) from None
-    specs = _backends_for_run(args.backend)
+    timeout = args.timeout or profile.call_timeout
+    if not specs:
+        specs = _runnable_here(timeout)
+        if not specs:
+            outdir.unlock(out)
+            print("kvconform run: NOT CHECKED no backend can run here (see `kvconform list`)", flush=True)
+            return EXIT_NOT_CHECKED
     if profile.native_only:
-        specs = _native_backends(specs, profile.name, chosen=bool(args.backend))
+        specs = _native_backends(specs, profile.name, chosen=bool(args.backend), timeout=timeout)
     suite = Path(args.suite) if args.suite else Path(__file__).resolve().parent / profile.suite
+    jobs = _clamp_jobs(args.jobs, specs, ops, suite, _cpus())
     config_dir = tempfile.TemporaryDirectory(prefix="kvconform-run-")   # an empty pytest config, outside --out
     ini = Path(config_dir.name) / "pytest.ini"
     ini.write_text("[pytest]\n")
@@ -234,15 +330,14 @@ def cmd_run(args) -> int:
         pytest_args.append("--kvc-resume")
     for path in args.expectations:
         pytest_args += ["--kvc-expectations", str(Path(path).resolve())]
-    if args.timeout is not None:
-        pytest_args += ["--kvc-timeout", str(args.timeout)]
+    pytest_args += ["--kvc-timeout", str(timeout)]
     if args.run_unclaimed:
         pytest_args.append("--kvc-run-unclaimed")
     pytest_args += ["--kvc-max-crashes", str(args.max_crashes)]
     if args.seed is not None:
         pytest_args.append(f"--hypothesis-seed={args.seed}")
-    if args.jobs > 1:
-        pytest_args += ["-n", str(args.jobs)]
+    if jobs > 1:
+        pytest_args += ["-n", str(jobs)]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         pytest_args += ["-p", "kvconform.conformance.plugin"]
     pytest_args += args.pytest_args
@@ -253,7 +348,7 @@ def cmd_run(args) -> int:
         code = int(pytest.main(pytest_args))
     finally:
         config_dir.cleanup()
-    if STOP.exit_code() is not None and code in (1, STOP.exit_code()):
+    if STOP.exit_code() is not None and code in (EXIT_FAILED, STOP.exit_code()):
         # interrupted (130, 143) or cut short by a record it could not write (3, or 1 if a test failed before)
         if STOP.write_error:
             print(f"kvconform run: NOT CHECKED: the run was cut short: {STOP.write_error}; the reports in {out} "
@@ -263,62 +358,51 @@ def cmd_run(args) -> int:
             print(f"kvconform run: {STOP.reason()}: the reports in {out} are partial; `kvconform run --resume "
                   f"--out {out}` continues the run", file=sys.stderr, flush=True)
         return code
-    if code == 5 and (args.resume or args.shard):   # this shard / the resumed rest holds nothing
-        print("kvconform run: no test left to run", flush=True)
-        return 0
-    code = 0 if code in (0, 5) else (1 if code == 1 else code)
-    if not args.shard:
-        # Green means checked: claims that cannot be read, or a claimed op with no numerical test run,
-        # make the run fail however many tests passed (a skipped suite is never a pass).
-        from .report import build
-        try:
-            report = build.load_report(out)
-        except build.ReportError:
-            report = None
-        problems = build.unchecked(report, ops or list(profile.ops or OPS)) if report is not None else [
-            "no report was written: nothing was checked"]
-        for problem in problems:
-            print(f"kvconform run: NOT CHECKED {problem}", flush=True)
-        # extra pytest arguments (-k, -m, node ids) select tests by hand: then the lines are a warning
-        if problems and code == 0 and not args.pytest_args:
-            code = 1
-    return code
+    return _run_exit(code)
+
+
+def _run_exit(pytest_status: int) -> int:
+    """`kvconform run`'s exit code from pytest's, which the plugin has set to the gate's verdict (0, 1,
+    3: gate.combine); pytest's own other codes mapped onto the scheme."""
+    if pytest_status in (EXIT_OK, EXIT_FAILED, EXIT_NOT_CHECKED):
+        if pytest_status == EXIT_NOT_CHECKED:
+            print("kvconform run: NOT CHECKED (exit 3): see the reasons above and in the reports", flush=True)
+        return pytest_status
+    if pytest_status == 2:     # pytest's "interrupted" (KeyboardInterrupt)
+        return EXIT_SIGINT
+    if pytest_status == 4:     # pytest's usage error, printed by pytest (an argument after --)
+        return EXIT_USAGE
+    print(f"kvconform run: NOT CHECKED: pytest ended with status {pytest_status} "
+          f"({'no tests ran' if pytest_status == 5 else 'internal error, see above'})", flush=True)
+    return EXIT_NOT_CHECKED
 
 
 # --- list ------------------------------------------------------------------------------------------
 
 def cmd_list(args) -> int:
+    """Every backend found (or those named with --backend), each loaded in its worker: its line, or the
+    one line saying why it cannot be loaded. Exit 3 when a backend named with --backend cannot."""
     from kvconform import backends
-    if args.backend:
-        found = []
-        for spec in args.backend:
-            try:
-                target = backends.resolve(spec)
-            except backends.BackendLoadError as exc:
-                raise UsageError(str(exc)) from None
-            try:
-                found.append(backends.Found(spec, target, backend=backends.load(spec)))
-            except backends.BackendLoadError as exc:
-                found.append(backends.Found(spec, target, error=str(exc)))
-    else:
-        found = backends.discover()
-    for item in found:
-        _print_backend(item)
-    return 0
+
+    from . import loading
+    specs = _named_backends(args.backend, "list") if args.backend else list(backends.entry_points())
+    loaded = loading.load_all(specs, timeout=args.timeout)
+    for spec in specs:
+        _print_backend(loaded[spec])
+        loaded[spec].stop()
+    unusable = [spec for spec in specs if loaded[spec].description.get("load_error")
+                or loaded[spec].description.get("claims_error")]
+    return EXIT_NOT_CHECKED if args.backend and unusable else EXIT_OK
 
 
-def _print_backend(found) -> None:
+def _print_backend(loaded) -> None:
     """One backend's line (version, where it runs) and one line per claimed op, limits included."""
-    if found.backend is None:
-        print(f"{found.name:<10} cannot load: {found.error}")
-        return
-    try:
-        desc = found.backend.describe()
-    except Exception as exc:
-        print(f"{found.name:<10} cannot describe itself: {type(exc).__name__}: {exc}")
+    desc = loaded.description
+    if desc.get("load_error") or desc.get("claims_error"):
+        print(f"{loaded.spec:<10} {loaded.problem}")
         return
     where = desc["device"] if desc["available"] else f"cannot run here: {desc['reason']}"
-    print(f"{found.name:<10} {desc['version']:<10} {where}")
+    print(f"{loaded.spec:<10} {desc['version']:<10} {where}")
     for op, claims in desc["capabilities"].items():
         feats = ",".join(claims.get("features", [])) or "-"
         line = (f"    {op:<24} dtypes={','.join(claims.get('dtypes', []))} "
@@ -333,31 +417,42 @@ def _print_backend(found) -> None:
 
 def cmd_check_backend(args) -> int:
     from kvconform import backends
+
     from .backend_check import check_backend
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     try:
         backends.resolve(args.backend)
     except backends.BackendLoadError as exc:
         raise UsageError(str(exc)) from None
-    findings, notes = check_backend(args.backend, timeout=args.timeout)
-    for note in notes:
+    check = check_backend(args.backend, timeout=args.timeout)
+    for note in check.notes:
         print(f"ok    {note}")
-    for f in findings:
+    for f in check.findings:
         print(f"WRONG {f.op + ': ' if f.op else ''}{f.problem}")
-    print(f"kvconform check-backend: {len(findings)} problem(s) found" if findings
-          else "kvconform check-backend: no problem found (now run `kvconform run --backend "
-               f"{args.backend} --profile ci`)")
-    return 1 if findings else 0
+    for reason in check.not_checked:
+        print(f"NOT CHECKED {args.backend}: {reason}")
+    if check.findings:
+        print(f"kvconform check-backend: {len(check.findings)} problem(s) found (exit 1)")
+    elif check.not_checked:
+        print("kvconform check-backend: NOT CHECKED (exit 3): the backend could not be checked, see above")
+    else:
+        print("kvconform check-backend: no problem found (now run `kvconform run --backend "
+              f"{args.backend} --profile ci`)")
+    return check.exit_code
 
 
 # --- coverage --------------------------------------------------------------------------------------
 
 def cmd_coverage(args) -> int:
+    from kvconform.backends.base import did_you_mean
+
     from . import coverage
     clauses = coverage.defined_clauses()
     if args.suite is not None and not Path(args.suite).is_dir():
         raise UsageError(f"--suite {args.suite}: no such directory (it must hold the suite's test_*.py modules)")
+    families = sorted({c.split("-")[0] for c in clauses})
+    if args.family is not None and args.family.upper() not in families:
+        raise UsageError(f"--family {args.family!r}: no spec clause has that prefix"
+                         f"{did_you_mean(args.family.upper(), families)}")
     tests = coverage.suite_tests(Path(args.suite) if args.suite else None)
     table = coverage.coverage_table(clauses, tests)
     prefixes = (args.family.upper(),) if args.family else ()
@@ -557,9 +652,9 @@ def cmd_report(args) -> int:
 
 def _report_rebuild(out: Path) -> int:
     """`kvconform report DIR`: write DIR's four reports again from results.jsonl and run.json (after a
-    killed run, a full disk, or a kvconform with better reports). Exit status as the run's: 1 when a
-    result failed, 3 when the run is partial or something claimed was not checked, else 0."""
-    from . import outdir
+    killed run, a full disk, or a kvconform with better reports). Exit status: the gate's verdict over
+    what DIR holds (gate.py; a partial run is NOT CHECKED)."""
+    from . import gate, outdir
     from .report import build
     if not (out / outdir.RESULTS).is_file():
         raise UsageError(f"{out} holds no {outdir.RESULTS}: not the output folder of a kvconform run")
@@ -572,28 +667,27 @@ def _report_rebuild(out: Path) -> int:
         raise UsageError(f"cannot write the reports in {out}: {exc.strerror or exc}") from None
     finally:
         outdir.unlock(out)
-    for line in build.summary_lines(report):
+    for line in build.summary_lines(report) + gate.lines(report["gate"]):
         print(line)
     print(f"rebuilt {out}/report.json, report.md, report.html, junit.xml from {len(report['results'])} results")
-    if any(r["status"] in build.FAILED for r in report["results"]):
-        return 1
-    return 3 if report.get("partial") or build.unchecked(report) else 0
+    return report["gate"]["exit_code"]
 
 
 def _report_merge(args) -> int:
+    """Merge reports and judge the whole (gate.py): every shard of a run present, every claimed op checked."""
+    from . import gate
     from .report import build
     try:
         reports = [build.load_report(p) for p in args.reports]
-        merged = build.merge(reports)
+        merged = build.merge(reports, names=list(args.reports))
     except build.ReportError as exc:
         raise UsageError(str(exc)) from None
     out = _check_out(args.out)
     build.write_all(out, merged)
-    for line in build.summary_lines(merged):
+    for line in build.summary_lines(merged) + gate.lines(merged["gate"]):
         print(line)
     print(f"merged {len(reports)} reports into {out}/report.json, report.md, report.html, junit.xml")
-    bad = sum(merged["summary"].get(s, 0) for s in build.FAILED)
-    return 1 if bad else 0
+    return merged["gate"]["exit_code"]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,12 +4,16 @@ TOML, one table per entry:
 
     [[xfail]]
     test = "test_paged_attention.py::test_attention_differential[triton-soft_cap]"   # glob on the test id
-    backend = "triton"        # optional: backend name glob (default: every backend)
+    backend = "triton"        # optional: glob on the backend's name or its spec (default: every backend)
     reason = "tanh overflow in the interpreter, see issue 12"                     # mandatory
     issue = "https://..."     # optional
+    strict = true             # optional: a pass of this test fails the gate (default: reported only)
 
-A matching test still runs: failing is `xfail`, passing is `xpass` (reported, so stale entries show).
-Entries that match no test of the run are listed in the report as unmatched.
+A matching test still runs: failing is `xfail`, passing is `xpass` (reported, so stale entries show; with
+`strict = true` a failure of the gate). `backend` matches the backend's own name (`describe()["name"]`,
+as the reports show it), the spec it was given by (`triton`, `mypkg.kernels:make_backend`) or the
+factory's name alone (`make_backend`, the test ids' parameter). Entries that match no test of the run are
+listed in the report as unmatched.
 """
 from __future__ import annotations
 
@@ -30,17 +34,21 @@ class Expectation:
     backend: str = "*"
     issue: str = ""
     source: str = ""
+    strict: bool = False
 
-    def matches(self, test_id: str, backend: str) -> bool:
+    def matches(self, test_id: str, backend) -> bool:
+        """Does the entry match test `test_id` of the backend known by `backend` (one name, or several:
+        its name, spec and factory name)?"""
         # test ids hold their parameters in brackets: `[` is matched literally (a glob character class
         # would make `test_x[triton-base]` match nothing), `*` and `?` stay wildcards
         test = self.test.replace("[", "[[]")
-        return fnmatch.fnmatchcase(backend, self.backend) and (
+        names = [backend] if isinstance(backend, str) else [n for n in backend if n]
+        return any(fnmatch.fnmatchcase(name, self.backend) for name in names) and (
             fnmatch.fnmatchcase(test_id, test) or fnmatch.fnmatchcase(test_id, "*" + test))
 
     def to_json(self) -> dict:
         return {"test": self.test, "backend": self.backend, "reason": self.reason, "issue": self.issue,
-                "source": self.source}
+                "source": self.source, "strict": self.strict}
 
 
 def load(paths) -> list[Expectation]:
@@ -51,6 +59,10 @@ def load(paths) -> list[Expectation]:
             data = tomllib.loads(path.read_text())
         except FileNotFoundError:
             raise ExpectationError(f"expectations file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ExpectationError(f"expectations file {path} is a folder, not a TOML file") from None
+        except OSError as exc:
+            raise ExpectationError(f"expectations file {path} cannot be read: {exc.strerror or exc}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ExpectationError(f"expectations file {path} is not valid TOML: {exc}") from None
         unknown = set(data) - {"xfail"}
@@ -64,18 +76,35 @@ def load(paths) -> list[Expectation]:
                 raise ExpectationError(f"{path}: xfail entry {n} needs a 'test' glob")
             if not isinstance(reason, str) or not reason.strip():
                 raise ExpectationError(f"{path}: xfail entry {n} ({test}) needs a non-empty 'reason'")
-            extra = set(raw) - {"test", "reason", "backend", "issue"}
+            extra = set(raw) - {"test", "reason", "backend", "issue", "strict"}
             if extra:
                 raise ExpectationError(f"{path}: xfail entry {n} has unknown keys {sorted(extra)}")
-            entries.append(Expectation(test, reason.strip(), raw.get("backend", "*"), raw.get("issue", ""),
-                                       str(path)))
+            backend, issue, strict = raw.get("backend", "*"), raw.get("issue", ""), raw.get("strict", False)
+            if not isinstance(backend, str) or not backend.strip():
+                raise ExpectationError(f"{path}: xfail entry {n} ({test}): 'backend' must be a non-empty string "
+                                       f"(a glob on the backend's name or spec), got {backend!r}")
+            if not isinstance(issue, str):
+                raise ExpectationError(f"{path}: xfail entry {n} ({test}): 'issue' must be a string, got {issue!r}")
+            if not isinstance(strict, bool):
+                raise ExpectationError(f"{path}: xfail entry {n} ({test}): 'strict' must be true or false, "
+                                       f"got {strict!r}")
+            entries.append(Expectation(test, reason.strip(), backend, issue, str(path), strict))
     return entries
 
 
-def first_match(entries, test_id: str, backend: str) -> Expectation | None:
+def first_match(entries, test_id: str, backend) -> Expectation | None:
     return next((e for e in entries if e.matches(test_id, backend)), None)
+
+
+def record_names(record: dict) -> tuple[str, ...]:
+    """The names a recorded result's backend is known by: its report label, its own name, its spec and
+    the spec's factory name (`Expectation.matches`)."""
+    spec = record.get("backend_spec") or ""
+    label = record.get("backend") or ""
+    own = label.split(" (", 1)[0] if spec and label.endswith(f" ({spec})") else label
+    return tuple(dict.fromkeys(n for n in (label, own, spec, spec.split(":")[-1]) if n))
 
 
 def unmatched(entries, records) -> list[Expectation]:
     """Entries that match none of the recorded test results."""
-    return [e for e in entries if not any(e.matches(r["id"], r.get("backend", "")) for r in records)]
+    return [e for e in entries if not any(e.matches(r["id"], record_names(r)) for r in records)]

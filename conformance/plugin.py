@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from . import artifacts, backend_text, expectations, flaky, interrupt, outdir, profiles
+from . import artifacts, backend_text, expectations, flaky, gate, interrupt, loading, outdir, profiles
 from .harness import ConformanceFailure, Harness
 from .rejection import InvalidErrorCase
-from .worker import BackendCrash, BackendUnavailable, ClaimsUnreadable, EngineError, InProcess, Worker
+from .worker import BackendCrash, EngineError
 
 FINAL = {"pass", "fail", "crash", "flaky", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error",
          "not run"}
@@ -79,6 +79,22 @@ class RunState:
         self.run: dict = {}
         self.recorded = 0          # result lines written by this session
         self.cut_short = False     # a result line could not be written: the run stops
+        self.loaded: dict[str, loading.Loaded] = {}
+        # The gate (gate.py) judges a session that names a backend or an output folder: it loads every
+        # backend before collection (controller), leaves out the tests of those that cannot be checked,
+        # and turns the verdict into the exit status. A session with neither (this plugin is loaded in
+        # every pytest session of the environment) keeps pytest's own outcome.
+        self.gate_on = bool(opt("kvc_backend") or opt("kvc_out"))
+        inherited = getattr(config, "workerinput", {})   # from the controller (pytest_configure_node)
+        self.not_runnable: dict[str, str] = dict(inherited.get("kvc_not_runnable", {}))
+        self.names: dict[str, str] = dict(inherited.get("kvc_names", {}))
+        self.records: list[dict] = []         # this session's records (controller), for the gate
+        self.foreign_failures = False         # a failed test that is not a conformance test
+        self.lost: list[dict] = []            # engine trouble the records cannot show (gate reasons)
+        self.selected: int | None = None      # conformance tests selected before sharding and resuming
+        self.suite_ops: set[str] | None = None
+        self.by_hand = _selected_by_hand(config)
+        self.gate: dict | None = None
         if self.out is not None:
             self.results_path = self.out / outdir.RESULTS
             if self.controller:
@@ -98,7 +114,8 @@ class RunState:
         error (in every xdist process alike: each reads the same run.json)."""
         opt = config.getoption
         ops = [o.strip() for o in opt("kvc_ops").split(",") if o.strip()] if opt("kvc_ops") else None
-        given = {"profile": opt("kvc_profile"), "backends": opt("kvc_backend") or None, "ops": ops,
+        given = {"profile": opt("kvc_profile"), "ops": ops,
+                 "backends": list(dict.fromkeys(opt("kvc_backend"))) or None,   # a repeated spec runs once
                  "seed": _seed(config), "timeout": opt("kvc_timeout"),
                  "expectations": [str(Path(p).resolve()) for p in opt("kvc_expectations")] or None,
                  "run_unclaimed": opt("kvc_run_unclaimed"), "max_crashes": opt("kvc_max_crashes")}
@@ -129,7 +146,8 @@ class RunState:
                 self.results_path.write_text("")
             meta = {"profile": self.profile.name, "backends": self.backends,
                     "expectations": [e.to_json() for e in self.expectations],
-                    "shard": self.config.getoption("kvc_shard"), "seed": options["seed"], "options": options}
+                    "shard": self.config.getoption("kvc_shard"), "seed": options["seed"], "options": options,
+                    "ops": self.ops, "by_hand": self.by_hand, "run_id": _run_identity(self.config, self)}
             self.run = outdir.started_run(self.out, meta, self.resume)
         except outdir.FolderError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -151,41 +169,89 @@ class RunState:
             interrupt.STOP.write_error = f"cannot write {self.results_path}: {exc.strerror or exc}"
             _stop_session(session, interrupt.STOP.write_error)
 
-    def worker(self, spec: str):
-        if spec not in self.workers:
-            timeout = self.timeout or self.profile.call_timeout
-            if self.config.getoption("kvc_isolation") == "none":
-                w = InProcess(spec)
-            else:
-                w = Worker(spec, timeout=timeout)
+    def _load(self, spec: str) -> loading.Loaded:
+        timeout = self.timeout or self.profile.call_timeout
+        loaded = loading.load(spec, timeout=timeout,
+                              isolated=self.config.getoption("kvc_isolation") != "none")
+        self._keep(loaded)
+        return loaded
+
+    def _keep(self, loaded: loading.Loaded) -> None:
+        self.loaded[loaded.spec] = loaded
+        if self.out is not None:
             try:
-                description = w.describe()
-            except ClaimsUnreadable as exc:
-                description = {"name": spec, "available": False, "reason": f"claims cannot be read: {exc}",
-                               "claims_error": str(exc), "capabilities": {}}
-            except BackendUnavailable as exc:
-                description = {"name": spec, "available": False, "reason": str(exc), "capabilities": {}}
-            self.workers[spec] = (w, description)
-            if self.out is not None:
-                try:
-                    (self.out / "backends").mkdir(parents=True, exist_ok=True)
-                    safe = artifacts.case_id(spec)
-                    outdir.write_atomic(self.out / "backends" / f"{safe}.json",
-                                        json.dumps(dict(description, spec=spec), indent=2, default=str) + "\n")
-                except OSError as exc:   # a full disk: the run stops after this test
-                    interrupt.STOP.write_error = interrupt.STOP.write_error or (
-                        f"cannot write {self.out}/backends: {exc.strerror or exc}")
-                    _stop_session(_CONFIG.get("session"), interrupt.STOP.write_error)
-        return self.workers[spec]
+                (self.out / "backends").mkdir(parents=True, exist_ok=True)
+                safe = artifacts.case_id(loaded.spec)
+                outdir.write_atomic(self.out / "backends" / f"{safe}.json",
+                                    json.dumps(dict(loaded.description, spec=loaded.spec), indent=2, default=str)
+                                    + "\n")
+            except OSError as exc:   # a full disk: the run stops after this test
+                interrupt.STOP.write_error = interrupt.STOP.write_error or (
+                    f"cannot write {self.out}/backends: {exc.strerror or exc}")
+                _stop_session(_CONFIG.get("session"), interrupt.STOP.write_error)
+
+    def load_all(self, *, serving: bool) -> None:
+        """Load every backend of the run at once (the controller, before collection): one line for each
+        that cannot be checked, whose tests are then left out. `serving`: this process runs the tests and
+        keeps the workers for them (without pytest-xdist); else they are stopped once described."""
+        timeout = self.timeout or self.profile.call_timeout
+        for spec, loaded in loading.load_all(self.backends, timeout=timeout,
+                                             isolated=self.config.getoption("kvc_isolation") != "none").items():
+            if not serving:
+                loaded.stop()
+                loaded = loading.Loaded(spec, loaded.description)
+            self._keep(loaded)
+            if loaded.problem:
+                self.not_runnable[spec] = loaded.problem
+            self.names[spec] = loaded.description.get("name", spec)
+
+    def worker(self, spec: str):
+        """(worker, description) of backend `spec`, loaded at the first test that needs it."""
+        if spec not in self.loaded or (self.loaded[spec].worker is None and not self.loaded[spec].problem):
+            self._load(spec)
+        loaded = self.loaded[spec]
+        return loaded.worker, loaded.description
+
+    def descriptions(self) -> list[dict]:
+        return [dict(loaded.description, spec=spec) for spec, loaded in self.loaded.items()]
+
+    def session_facts(self, extra=()) -> dict:
+        """What the gate knows of this session beyond results.jsonl (build.assemble's `session`)."""
+        return {"selected": self.selected, "suite_ops": self.suite_ops, "by_hand": self.by_hand,
+                "whole": self.shard is None, "extra": list(extra)}
 
     def close(self):
-        for w, _ in self.workers.values():
-            w.stop()
-            if getattr(w, "crash_output", None) is not None:
-                w.crash_output.discard()
+        for loaded in self.loaded.values():
+            loaded.stop()
+            if getattr(loaded.worker, "crash_output", None) is not None:
+                loaded.worker.crash_output.discard()
         if self.out is not None and self.controller:
             interrupt.restore()
             outdir.unlock(self.out)
+
+
+def _selected_by_hand(config) -> bool:
+    """Tests chosen by hand (-k, -m, --deselect, node ids or single modules): then a claimed op without a
+    numerical test is a warning, not a reason the gate fails."""
+    opt = config.option
+    return bool(getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
+                or any("::" in str(a) or str(a).endswith(".py") for a in config.args))
+
+
+def _run_identity(config, state) -> str:
+    """The identity of a run, the same for each of its shards wherever they run (the options that decide
+    which tests run and how; no paths): `report merge` tells a missing or foreign shard by it."""
+    import hashlib
+
+    from kvconform import SPEC_VERSION, __version__
+    picked = sorted(str(a).replace(os.sep, "/").rsplit("/conformance/suite/", 1)[-1] for a in config.args
+                    if "::" in str(a) or str(a).endswith(".py"))
+    facts = {"suite": __version__, "spec": SPEC_VERSION, "profile": state.profile.name, "seed": _seed(config),
+             "backends": sorted(state.backends), "ops": sorted(state.ops) if state.ops else None,
+             "shards": state.shard[1] if state.shard else None, "picked": picked,
+             "keyword": getattr(config.option, "keyword", ""), "markexpr": getattr(config.option, "markexpr", ""),
+             "expectations": sorted(f"{e.test}|{e.backend}" for e in state.expectations)}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _stop_session(session, reason: str) -> None:
@@ -263,10 +329,17 @@ def pytest_xdist_make_scheduler(config, log):
     return ModuleBackendScheduling(config, log)
 
 
+@pytest.hookimpl(hookwrapper=True)
 def pytest_collection_modifyitems(session, config, items):
+    """Before the other plugins: the ops the suite has tests for. After them (-k, -m, --deselect done):
+    leave out the tests of other ops and of backends that cannot be checked, count what is selected (the
+    gate's "no test was selected"), then take this shard's slice and skip what a resumed run has done."""
     state = config._kvconform
+    suite_ops = {m.kwargs.get("op") for m in (i.get_closest_marker("kvconform") for i in items) if m is not None}
+    yield
     keep, drop = [], []
     conformance = False
+    selected = 0
     for item in items:
         marker = item.get_closest_marker("kvconform")
         if marker is None:
@@ -274,9 +347,12 @@ def pytest_collection_modifyitems(session, config, items):
             continue
         conformance = True
         op = marker.kwargs.get("op")
-        if state.ops is not None and op not in state.ops:
+        backend = item.callspec.params.get("kvc_backend", "") if hasattr(item, "callspec") else ""
+        if (state.ops is not None and op not in state.ops) or backend in state.not_runnable:
             drop.append(item)
-        elif state.shard and zlib.crc32(item.nodeid.encode()) % state.shard[1] != state.shard[0] - 1:
+            continue
+        selected += 1
+        if state.shard and zlib.crc32(item.nodeid.encode()) % state.shard[1] != state.shard[0] - 1:
             drop.append(item)
         elif item.nodeid in state.done:
             drop.append(item)
@@ -284,15 +360,38 @@ def pytest_collection_modifyitems(session, config, items):
             keep.append(item)
             if config.getoption("tbstyle", "auto") == "auto":
                 _report_the_message_only(item)
-            backend = item.callspec.params.get("kvc_backend", "") if hasattr(item, "callspec") else ""
-            match = expectations.first_match(state.expectations, item.nodeid, _backend_id(backend))
+            names = {_backend_id(backend), backend, state.names.get(backend, backend)}
+            match = expectations.first_match(state.expectations, item.nodeid, names)
             if match is not None:
-                item.add_marker(pytest.mark.xfail(reason=match.reason, strict=False))
+                item.add_marker(pytest.mark.xfail(reason=match.reason, strict=match.strict))
+    state.selected, state.suite_ops = selected, suite_ops
+    if hasattr(config, "workeroutput"):   # pytest-xdist worker: the controller's gate needs the counts
+        config.workeroutput["kvc_selected"] = selected
+        config.workeroutput["kvc_suite_ops"] = sorted(suite_ops)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     if conformance:   # before any test draws a case, in every process that collected conformance tests
         profiles.ignore_source_constants()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist: each worker process learns which backends the controller could not load (their tests
+    are left out in every process alike, as xdist requires) and each backend's name (expectations)."""
+    state = node.config._kvconform
+    node.workerinput["kvc_not_runnable"] = dict(state.not_runnable)
+    node.workerinput["kvc_names"] = dict(state.names)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist: the selection counts of a worker (every worker collects the same tests)."""
+    state = node.config._kvconform
+    output = getattr(node, "workeroutput", None) or {}
+    if "kvc_selected" in output:
+        state.selected = max(state.selected or 0, output["kvc_selected"])
+        state.suite_ops = (state.suite_ops or set()) | set(output.get("kvc_suite_ops", ()))
 
 
 def _report_the_message_only(item) -> None:
@@ -324,6 +423,10 @@ def kvc(request, kvc_backend):
                       run_unclaimed=state.run_unclaimed, call_timeout=state.timeout,
                       shrink_seconds=state.shrink_seconds)
     request.node._kvc_harness = harness
+    if description.get("load_error") or description.get("claims_error"):
+        # loaded by the controller but not by this process, or a session without the gate: an error of
+        # the run (the gate's NOT CHECKED), never a failure of the kernel or a quiet `unsupported`
+        pytest.fail(f"not run: backend {kvc_backend} {gate.backend_problem(description)}", pytrace=False)
     if not description.get("available", True):
         pytest.skip(f"unsupported: backend {kvc_backend} cannot run here: {description.get('reason')}")
     streak = state.crash_streak.get((kvc_backend, harness.op), 0)
@@ -376,7 +479,9 @@ def pytest_runtest_makereport(item, call):
     if rate is not None:
         record["replays"] = rate.to_json()
     if status == "xfail" or status == "xpass":
-        record["expectation"] = getattr(rep, "wasxfail", "")
+        record["expectation"] = getattr(rep, "wasxfail", "") or message
+        if status == "xpass" and not rep.passed:
+            record["strict"] = True   # a strict expectation: the pass fails the gate (gate.is_failure)
     if failure is not None:
         record["op"] = failure["case"].op   # a stateful test spans ops: name the one that failed
     if status in ("fail", "crash", "flaky", "xfail") and failure is not None and state.out is not None:
@@ -469,6 +574,9 @@ def _status(rep, call, harness) -> tuple[str, str]:
         if hasattr(rep, "wasxfail"):
             return "xpass", "passed, but the expectations file marks it xfail: " + rep.wasxfail
         return ("unclaimed-pass" if harness.unclaimed else "pass"), ""
+    if rep.failed and call.excinfo is None and str(rep.longrepr).startswith("[XPASS(strict)]"):
+        return "xpass", ("passed, but the expectations file marks it xfail (strict): "
+                         + str(rep.longrepr)[len("[XPASS(strict)]"):].strip())
     if rep.skipped:
         if hasattr(rep, "wasxfail"):
             return "xfail", _exc_text(call, harness)
@@ -506,11 +614,31 @@ def pytest_runtest_logreport(report):
     if config is None:
         return
     state = config._kvconform
-    if not state.controller or state.out is None:
+    if not state.controller:
         return
-    for name, value in report.user_properties:
-        if name == "kvconform":
+    values = [value for name, value in report.user_properties if name == "kvconform"]
+    if not values and report.failed:
+        if "kvconform" in getattr(report, "keywords", {}):   # a suite test without its record (a dead
+            state.lost.append(gate.reason(                   # pytest-xdist worker): the engine's trouble
+                "engine", f"{report.nodeid}: no result was recorded ({_first_line(report)})"))
+        else:
+            state.foreign_failures = True   # a test outside the suite failed: never green
+    for value in values:
+        state.records.append(json.loads(value))
+        if state.out is not None:
             state.record(value, _CONFIG.get("session"))
+
+
+def pytest_collectreport(report):
+    config = _CONFIG.get("config")
+    if config is not None and report.failed and config._kvconform.controller:
+        config._kvconform.lost.append(gate.reason(
+            "engine", f"the suite could not be collected: {report.nodeid or 'session'}: {_first_line(report)}"))
+
+
+def _first_line(report) -> str:
+    lines = [line for line in str(getattr(report, "longreprtext", "") or report.longrepr).splitlines() if line.strip()]
+    return lines[-1].strip().removeprefix("E ").strip()[:300] if lines else "no detail"
 
 
 _CONFIG: dict = {}
@@ -520,50 +648,78 @@ _CONFIG: dict = {}
 def pytest_sessionstart(session):
     _CONFIG["config"] = session.config
     _CONFIG["session"] = session
+    state = session.config._kvconform
+    if state.controller and state.gate_on:
+        # before pytest-xdist starts its workers (its sessionstart is trylast): they learn the outcome
+        state.load_all(serving=session.config.pluginmanager.getplugin("dsession") is None)
 
 
 def pytest_sessionfinish(session, exitstatus):
     state = session.config._kvconform
-    if not state.controller or state.out is None or not state.results_path.exists():
+    if not state.controller:
         return
     from .report import build
+    report, extra = None, list(state.lost)
     stop = interrupt.STOP
-    reason = stop.reason()
-    status = "interrupted" if stop.signal else "cut short" if stop.write_error else "complete"
-    early = session.shouldfail or session.shouldstop
-    if status == "complete" and (early or exitstatus == pytest.ExitCode.INTERRUPTED):
-        # stopped early otherwise: -x / --maxfail, a worker's own KeyboardInterrupt
-        status, reason = "stopped", f"stopped early ({early or 'interrupted'})"
-    run = outdir.finished_run(state.out, state.run, reason, status)
-    try:
-        build.write_all(state.out, run=run)
-    except OSError as exc:   # a full disk: results.jsonl has the results; `kvconform report DIR` rebuilds
-        stop.write_error = stop.write_error or f"cannot write the reports in {state.out}: {exc.strerror or exc}"
-        session.config._kvconform_report_error = (f"{stop.write_error}; after freeing space, `kvconform report "
-                                                  f"{state.out}` writes them from results.jsonl")
-    except Exception as exc:  # a report bug must not hide the test results
-        session.config._kvconform_report_error = f"{type(exc).__name__}: {exc}"
+    if state.out is not None and state.results_path.exists():
+        reason = stop.reason()
+        status = "interrupted" if stop.signal else "cut short" if stop.write_error else "complete"
+        early = session.shouldfail or session.shouldstop
+        if status == "complete" and (early or exitstatus == pytest.ExitCode.INTERRUPTED):
+            # stopped early otherwise: -x / --maxfail, a worker's own KeyboardInterrupt
+            status, reason = "stopped", f"stopped early ({early or 'interrupted'})"
+        run = outdir.finished_run(state.out, state.run, reason, status)
+        try:
+            report = build.write_all(state.out, run=run, session=state.session_facts(extra))
+        except OSError as exc:   # a full disk: results.jsonl has the results; `kvconform report DIR` rebuilds
+            stop.write_error = stop.write_error or f"cannot write the reports in {state.out}: {exc.strerror or exc}"
+            session.config._kvconform_report_error = (f"{stop.write_error}; after freeing space, `kvconform report "
+                                                      f"{state.out}` writes them from results.jsonl")
+            extra.append(gate.reason("disk-full", f"the reports could not be written: {stop.write_error}"))
+        except Exception as exc:  # a report bug must not hide the test results
+            session.config._kvconform_report_error = f"{type(exc).__name__}: {exc}"
+            extra.append(gate.reason("report", f"the reports could not be written ({type(exc).__name__}: {exc})"))
+    if not state.gate_on:
+        return
+    if report is None:   # no --kvc-out, or the reports failed: the verdict from this session's records
+        records, backends = build.distinct_backends(state.records, state.descriptions())
+        report = build.assemble(records, backends=backends, run={"profile": state.profile.name, "ops": state.ops},
+                                session=state.session_facts(extra))
+    state.gate = report["gate"]
     code = stop.exit_code()
-    if code == interrupt.EXIT_NOT_CHECKED and session.testsfailed:
-        code = 1   # cut short after a failure: the failure decides
-    if code is not None:
+    if code is not None:   # interrupted (130, 143), or cut short by a record it could not write (3)
+        if code == interrupt.EXIT_NOT_CHECKED and (session.testsfailed or state.gate["exit_code"] == 1):
+            code = gate.EXIT_FAILED   # cut short after a failure: the failure decides
         session.exitstatus = code
+        return
+    status = int(exitstatus)
+    if status == pytest.ExitCode.INTERRUPTED and state.lost and not state.records:
+        status = pytest.ExitCode.TESTS_FAILED   # "interrupted" by collection errors, not by a signal
+    session.exitstatus = gate.combine(status, state.gate, foreign_failures=state.foreign_failures)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     state = getattr(config, "_kvconform", None)
-    if state is None or not state.controller or state.out is None:
+    if state is None or not state.controller:
         return
     error = getattr(config, "_kvconform_report_error", None)
     if error:
         terminalreporter.write_line(f"kvconform: report generation failed: {error}", red=True)
+    report = None
+    if state.out is not None and not error:
+        try:
+            report = json.loads((state.out / "report.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            report = None
+    if report is None and state.gate is None:
         return
     from .report import build
-    try:
-        report = json.loads((state.out / "report.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return
     terminalreporter.section("kvconform")
-    for line in build.summary_lines(report):
-        terminalreporter.write_line(line)
-    terminalreporter.write_line(f"reports: {state.out}/report.md, report.html, report.json, junit.xml")
+    if report is not None:
+        for line in build.summary_lines(report):
+            terminalreporter.write_line(line)
+    if state.gate is not None:
+        for line in gate.lines(state.gate):
+            terminalreporter.write_line(line)
+    if report is not None:
+        terminalreporter.write_line(f"reports: {state.out}/report.md, report.html, report.json, junit.xml")

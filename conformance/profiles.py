@@ -86,15 +86,22 @@ def get(name: str) -> Profile:
     return PROFILES[name]
 
 
+#: the longest --timeout: a day. A wait far longer overflows the pipe's poll (OverflowError in every call,
+#: which deadlocked a run with --timeout 1e9); a day is "no limit" for any kernel call.
+MAX_TIMEOUT = 86400.0
+
+
 def timeout_seconds(text: str) -> float:
-    """`--timeout` / `--kvc-timeout` (argparse type): a finite number of seconds > 0. A zero or negative
-    limit would kill every backend call at once, and the backend would be blamed with crashes."""
+    """`--timeout` / `--kvc-timeout` (argparse type): a finite number of seconds > 0, at most MAX_TIMEOUT.
+    A zero or negative limit would kill every backend call at once, and the backend would be blamed with
+    crashes."""
     try:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0 and at most {MAX_TIMEOUT:.0f} "
+                                         f"(a day), got {text!r}")
     return seconds
 
 

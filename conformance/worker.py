@@ -126,15 +126,21 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
     capture = _Capture(output_path)
     from kvconform import backends
     from kvconform.backends.base import Unsupported
+    # The interpreter, NumPy and the engine are up: from here on the time is the backend's own (its
+    # import, factory, availability(), capabilities()), which the parent bounds by the call timeout.
+    conn.send(("loading", os.getpid()))
     try:
         backend = backends.load(spec)
-    except Exception as exc:  # BackendLoadError
+    except backends.BackendLoadError as exc:   # also sys.exit / pytest.skip at import (backends.load)
         conn.send(("error", (type(exc).__name__, str(exc), "")))
         return
     try:
         conn.send(("ok", backend.describe()))
-    except Exception as exc:  # availability() or capabilities() raised: the claims cannot be read
-        conn.send(("claims-error", (type(exc).__name__, str(exc), traceback.format_exc(limit=6))))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - availability() or capabilities() failed: claims unreadable
+        conn.send(("claims-error", (type(exc).__name__, f"describe() {backends.failure_words(exc)}",
+                                    traceback.format_exc(limit=6))))
         return
     while True:
         try:
@@ -144,6 +150,9 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
         if request is None:
             return
         op, kwargs = request
+        if op == INSPECT:   # check-backend: the methods of the claimed ops, where the backend object lives
+            conn.send(("ok", _inspect(backend, kwargs["ops"])))
+            continue
         served = time.perf_counter()
         before = InputSnapshot(kwargs)
         capture.begin()
@@ -282,6 +291,27 @@ def read_output(path: str | None) -> CapturedOutput | None:
     return CapturedOutput(size, text, copy)
 
 
+#: the request that asks a worker about its backend's op methods instead of calling one (`Worker.inspect`)
+INSPECT = "__kvconform_inspect__"
+
+
+def _inspect(backend, ops) -> dict:
+    """{op: {"method": bool, "problems": [...], "notes": [...]}}: whether the backend has a method per op
+    and how its signature differs from the reference's (backend_check.signature_problems)."""
+    from kvconform import reference
+
+    from .backend_check import signature_problems
+    found = {}
+    for op in ops:
+        method = getattr(backend, op, None)
+        if not callable(method):
+            found[op] = {"method": False, "problems": [], "notes": []}
+            continue
+        problems, notes = signature_problems(method, getattr(reference, op))
+        found[op] = {"method": True, "problems": problems, "notes": notes}
+    return found
+
+
 class CallTiming(NamedTuple):
     """Where the seconds of one backend call went (engine throughput, benchmarks/engine_throughput.py).
 
@@ -321,28 +351,61 @@ class Worker:
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
-        if not parent.poll(self.start_timeout):
-            self.stop()
-            raise BackendUnavailable(f"backend {self.spec!r} did not start within {self.start_timeout:.0f} s")
-        try:
-            status, payload = parent.recv()
-        except EOFError:
-            code = proc.exitcode
-            self.stop()
-            raise BackendUnavailable(f"backend {self.spec!r} worker died while loading (exit code {code})")
+        # two phases: the worker process starts (Python, NumPy, the engine: start_timeout), then the
+        # backend loads (import, factory, availability(), capabilities()) under the call timeout
+        status, payload = self._receive_while_loading(self.start_timeout, "start")
+        if status == "loading":
+            status, payload = self._receive_while_loading(self.timeout, "load")
         if status == "claims-error":
             self.stop()
-            raise ClaimsUnreadable(f"{payload[0]}: {payload[1]}")
+            raise ClaimsUnreadable(payload[1])
         if status != "ok":
             self.stop()
             raise BackendUnavailable(payload[1])
         self.description = payload
         return payload
 
+    def _receive_while_loading(self, limit: float, phase: str) -> tuple:
+        """The worker's next message while it starts or loads; BackendUnavailable in words when it hangs
+        past `limit` or dies (sys.exit is reported by the worker itself; os._exit or a fatal signal here)."""
+        conn, proc = self._conn, self._proc
+        doing = ("did not start (a new Python process importing NumPy and kvconform)" if phase == "start" else
+                 "did not finish loading (import, factory, availability() and capabilities() share the call "
+                 "timeout, --timeout)")
+        if not conn.poll(limit):
+            self.stop()
+            raise BackendUnavailable(f"backend {self.spec!r} {doing} within {limit:g} s; worker killed")
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            proc.join(timeout=2)
+            code = proc.exitcode
+            where = crash_site(self._fault_path)
+            self.stop()
+            how = ("os._exit() or an exit in native code: a backend must not end the process"
+                   if code is not None and code >= 0 else "a crash in native code")
+            raise BackendUnavailable(f"backend {self.spec!r}: its process ended while "
+                                     f"{'starting' if phase == 'start' else 'loading'} ({_describe_exit(code)}; "
+                                     f"{how})" + (f"; {where}" if where else "")) from None
+
     def describe(self) -> dict:
         if self.description is None:
             self.start()
         return self.description
+
+    def inspect(self, ops) -> dict:
+        """`_inspect` of the loaded backend, run in the worker: {op: {"method", "problems", "notes"}}."""
+        self.describe()
+        self._conn.send((INSPECT, {"ops": list(ops)}))
+        if not self._conn.poll(self.timeout):
+            self.stop()
+            raise BackendCrash(f"hang: inspecting the op methods took more than {self.timeout:g} s")
+        try:
+            status, payload = self._conn.recv()
+        except (EOFError, OSError):
+            self.stop()
+            raise BackendCrash("the worker died while its op methods were inspected") from None
+        return payload
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
         if self.crash_output is not None:   # an earlier crash's, nobody took it
@@ -487,8 +550,10 @@ class InProcess:
         self.backend = backends.load(spec)
         try:
             self.description = self.backend.describe()
-        except Exception as exc:
-            raise ClaimsUnreadable(f"{type(exc).__name__}: {exc}") from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - as in the worker (_serve)
+            raise ClaimsUnreadable(f"describe() {backends.failure_words(exc)}") from None
         self.restarts = 0
         self.last_timing: CallTiming | None = None
         self.crash_output: CapturedOutput | None = None   # never set: a crash here is the caller's

@@ -1,8 +1,11 @@
 """report.json (schema `kvconform.report/1`), report.md, report.html and junit.xml from results.jsonl, and merging.
 
-report.json keys: schema, suite_version, spec_version, created, platform, profile, seed, shard,
-partial (null, or why the run did not run every test: interrupted, cut short by a full disk, or never
-finished), backends {name: description with claims}, expectations {entries, unmatched}, summary
+report.json keys: schema, suite_version, spec_version, created, platform, profile, seed, shard, run_id
+(the run's identity, the same in each of its shards), ops (requested; null: all), partial (null, or why the
+run did not run every test: interrupted, cut short by a full disk, or never finished), gate {exit_code,
+verdict, failures, not_checked [{kind, backend, op, message}], warnings, selected, by_hand, suite_ops}
+(gate.py: the verdict every report shows and every route exits with; a partial run is NOT CHECKED), backends
+{name: description with claims, or load_error / claims_error}, expectations {entries, unmatched}, summary
 {status: n}, matrix [{backend, op, feature, counts, headroom}], layers [{backend, layer, counts}] (golden,
 differential, property, stateful, errors: harness.LAYERS), results [one record per test, see plugin.py].
 
@@ -21,6 +24,7 @@ from pathlib import Path
 from kvconform import SPEC_VERSION, __version__
 
 from .. import expectations as expectations_mod
+from .. import gate as gate_mod
 from .. import outdir
 from ..backend_text import visible
 
@@ -71,9 +75,23 @@ def partial(run: dict, recorded: int) -> str | None:
     return f"{run.get('stopped') or status}: {recorded} results recorded; `kvconform run --resume` continues it"
 
 
-def assemble(records: list[dict], *, backends: dict, run: dict) -> dict:
-    entries = [expectations_mod.Expectation(**{k: e[k] for k in ("test", "reason", "backend", "issue", "source")})
+def assemble(records: list[dict], *, backends: dict, run: dict, session: dict | None = None) -> dict:
+    """The report of `records` (labelled by `distinct_backends`), the run's `backends` and `run` (run.json);
+    `session`: what the gate knows beyond the files (RunState.session_facts; without it, as rebuilt
+    from the files: the records are the selection, a run with a shard judges its slice only). A partial
+    run is one more not-checked reason of the gate."""
+    entries = [expectations_mod.Expectation(**{k: e[k] for k in ("test", "reason", "backend", "issue", "source")},
+                                            strict=bool(e.get("strict")))
                for e in run.get("expectations", [])]
+    session = session or {}
+    cut = partial(run, len(records))
+    extra = list(session.get("extra", ()))
+    if cut:
+        extra.append(gate_mod.reason("partial", f"partial run: {cut}"))
+    verdict = gate_mod.judge(records, backends, ops=run.get("ops"), suite_ops=session.get("suite_ops"),
+                             selected=session.get("selected"),
+                             by_hand=session.get("by_hand", bool(run.get("by_hand"))),
+                             whole=session.get("whole", not run.get("shard")), extra=extra)
     return {
         "schema": SCHEMA,
         "suite_version": __version__,
@@ -83,7 +101,10 @@ def assemble(records: list[dict], *, backends: dict, run: dict) -> dict:
         "profile": run.get("profile"),
         "seed": run.get("seed"),
         "shard": run.get("shard"),
-        "partial": partial(run, len(records)),
+        "run_id": run.get("run_id"),
+        "ops": run.get("ops"),
+        "partial": cut,
+        "gate": verdict,
         "backends": backends,
         "expectations": {"entries": run.get("expectations", []),
                          "unmatched": [e.to_json() for e in expectations_mod.unmatched(entries, records)]},
@@ -170,36 +191,9 @@ def summary_lines(report: dict) -> list[str]:
         lines.append(f"  NOT RUN {backend} {op}: {len(records)} tests not run ({reason})")
     for e in report["expectations"]["unmatched"]:
         lines.append(f"  unmatched expectation ({e['source']}): {e['test']} [{e['backend']}]")
-    for problem in unchecked(report):
-        lines.append(f"  NOT CHECKED {problem}")
     if report.get("partial"):
         lines.append(f"  PARTIAL RUN: {report['partial']}")
     return [visible(line) for line in lines]
-
-
-def unchecked(report: dict, ops: list[str] | None = None) -> list[str]:
-    """Why a green run would claim more than it checked: a backend whose claims could not be read, or a
-    claimed op (among `ops`, default: every op of the run) of which no numerical test ran."""
-    problems = []
-    ran: dict = defaultdict(set)
-    seen_ops = set()
-    for r in report["results"]:
-        seen_ops.add(r.get("op"))
-        if layer_group(r) == "numerical" and r["status"] not in ("unsupported", "skip", "not run"):
-            ran[r.get("backend")].add(r.get("op"))
-    wanted = set(ops) if ops else seen_ops
-    for name, desc in sorted(report.get("backends", {}).items()):
-        if desc.get("claims_error"):
-            problems.append(f"{name}: its claims cannot be read ({desc['claims_error']}); nothing was checked")
-            continue
-        if not desc.get("available", True):
-            continue
-        claimed = set(desc.get("capabilities", {})) & wanted
-        if not claimed:
-            problems.append(f"{name}: claims none of the requested ops ({', '.join(sorted(wanted)) or '-'})")
-        for op in sorted(claimed - ran[name]):
-            problems.append(f"{name}: claims {op}, but no numerical test of it ran")
-    return problems
 
 
 def _load_backends(out: Path) -> list[dict]:
@@ -230,15 +224,15 @@ def distinct_backends(records: list[dict], descriptions: list[dict]) -> tuple[li
     return relabelled, backends
 
 
-def write_all(out: Path, report: dict | None = None, run: dict | None = None) -> dict:
+def write_all(out: Path, report: dict | None = None, run: dict | None = None, session: dict | None = None) -> dict:
     """Render report.json, report.md, report.html and junit.xml in `out` (from results.jsonl, run.json
-    unless `run` is given, and backends/, unless `report` is given). Raises OSError (e.g. a full disk)
-    with every file either whole or as it was."""
+    unless `run` is given, and backends/, unless `report` is given; `session`: see `assemble`). Raises
+    OSError (e.g. a full disk) with every file either whole or as it was."""
     out = Path(out)
     if report is None:
         run = run if run is not None else (outdir.read_run(out) or {})
         records, backends = distinct_backends(read_results(out / outdir.RESULTS), _load_backends(out))
-        report = assemble(records, backends=backends, run=run)
+        report = assemble(records, backends=backends, run=run, session=session)
     from . import html, junit, markdown
     outdir.write_atomic(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
     outdir.write_atomic(out / "report.md", markdown.render(report))
@@ -262,24 +256,68 @@ def load_report(path) -> dict:
     return report
 
 
-def merge(reports: list[dict]) -> dict:
-    """Join shard reports: results keyed by (backend, test id), later files win; one header."""
+def merge(reports: list[dict], names: list[str] | None = None) -> dict:
+    """Join reports (the shards of a run, or whole runs): results keyed by (backend, test id), later files
+    win; one header; and one verdict over the whole. Shards are grouped by their run's identity (run_id,
+    the same in every shard of a run): each group must hold every shard 1..N once, else the merge is NOT
+    CHECKED naming the missing ones (a foreign shard forms a group of its own, incomplete). Two files
+    holding the same shard of one run are an error (ReportError)."""
     if not reports:
         raise ReportError("nothing to merge")
+    names = names or [f"report {i + 1}" for i in range(len(reports))]
     results: dict = {}
     backends: dict = {}
     entries: dict = {}
     profiles = {r.get("profile") for r in reports}
-    for rep in reports:
-        backends.update(rep.get("backends", {}))
+    shards: dict = defaultdict(dict)   # (run_id, N) -> {I: file}
+    carried: list[dict] = []
+    for rep, name in zip(reports, names):
+        for label, desc in rep.get("backends", {}).items():
+            if label not in backends or not gate_mod.backend_problem(backends[label]):
+                backends[label] = desc   # a backend that could not be checked in one part stays so
         for e in rep.get("expectations", {}).get("entries", []):
             entries[(e["test"], e["backend"], e["source"])] = e
         for rec in rep["results"]:
             results[(rec.get("backend"), rec["id"])] = rec
+        carried += [r for r in (rep.get("gate") or {}).get("not_checked", []) if r["kind"] not in gate_mod.WHOLE_ONLY]
+        shard = _shard_of(rep)
+        if shard is not None:
+            i, n = shard
+            group = shards[(rep.get("run_id"), n)]
+            if i in group:
+                raise ReportError(f"{group[i]} and {name} are both shard {i}/{n} of run {rep.get('run_id')}")
+            group[i] = name
+    for (run_id, n), group in sorted(shards.items(), key=lambda kv: str(kv[0])):
+        missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in group]
+        if missing:
+            given = ", ".join(f"{i}/{n} ({group[i]})" for i in sorted(group))
+            carried.append(gate_mod.reason("shard", f"run {run_id}: shard(s) {', '.join(missing)} missing from the "
+                                                    f"merge (given: {given}); their tests were not checked"))
+    gates = [rep.get("gate") or {} for rep in reports]
+    selected = [g.get("selected") for g in gates]
+    suite_ops = [g.get("suite_ops") for g in gates]
+    ops = [rep.get("ops") for rep in reports]
     run = {"profile": "+".join(sorted(p for p in profiles if p)) or None, "seed": reports[0].get("seed"),
            "shard": "merged " + ", ".join(str(r.get("shard")) for r in reports),
+           "run_id": "+".join(sorted({str(r.get("run_id")) for r in reports})),
+           "ops": None if any(o is None for o in ops) else sorted({op for o in ops for op in o}),
            "expectations": list(entries.values())}
-    merged = assemble(list(results.values()), backends=backends, run=run)
+    session = {"selected": None if None in selected else sum(selected),
+               "suite_ops": None if None in suite_ops else sorted({op for o in suite_ops for op in o}),
+               "by_hand": any(g.get("by_hand") for g in gates), "whole": True, "extra": carried}
+    merged = assemble(list(results.values()), backends=backends, run=run, session=session)
     partial = [f"shard {r.get('shard')}: {r['partial']}" for r in reports if r.get("partial")]
     merged["partial"] = "; ".join(partial) or None   # a partial shard leaves the whole partial
     return merged
+
+
+def _shard_of(report: dict) -> tuple[int, int] | None:
+    """(I, N) of a shard's report ("shard": "I/N"), None for a whole run or a merge."""
+    text = report.get("shard")
+    if not isinstance(text, str) or "/" not in text or text.startswith("merged"):
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        return None
+    return (i, n) if 1 <= i <= n else None

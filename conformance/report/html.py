@@ -187,7 +187,9 @@ def _profile_plot(field: dict) -> str:
 def _failures(report: dict) -> str:
     bad = [r for r in report["results"] if r["status"] in LISTED + ("xfail",)]
     if not bad:
-        return "<p>No failures.</p>"
+        not_checked = (report.get("gate") or {}).get("not_checked")
+        return "<p>No failures." + (" But not everything claimed was checked: see the gate above.</p>"
+                                    if not_checked else "</p>")
     out = []
     for r in bad:
         out.append(f'<div class="fail">{badge(r["status"])} <b>{e(r.get("backend"))}</b> '
@@ -218,6 +220,22 @@ def _failures(report: dict) -> str:
                        f"</code></p>")
         out.append("</div>")
     return "".join(out)
+
+
+def _gate(verdict: dict | None) -> str:
+    """The gate's verdict (gate.py) above everything else, with each reason it was not all checked."""
+    if not verdict:
+        return ""
+    code = verdict["exit_code"]
+    color = {0: COLOR["pass"], 1: COLOR["fail"]}.get(code, COLOR["xpass"])
+    text = {0: "every claimed case checked, none failed", 1: f"{verdict['failures']} failed test(s)",
+            3: "nothing failed, but not everything claimed was checked"}.get(code, "")
+    items = "".join(f"<li>NOT CHECKED {e(r['message'])}</li>" for r in verdict.get("not_checked", []))
+    items += "".join(f"<li>not checked (tests chosen by hand, not counted): {e(r['message'])}</li>"
+                     for r in verdict.get("warnings", []))
+    return (f'<div id="gate" style="border-left:6px solid {color};padding-left:.8em"><b>Gate: '
+            f'{e(verdict["verdict"])} (exit {e(code)})</b>: {e(text)}' + (f"<ul>{items}</ul>" if items else "")
+            + "</div>")
 
 
 def _backends(report: dict) -> str:
@@ -251,6 +269,7 @@ def render(report: dict) -> str:
 created {e(report.get('created'))}, Python {e(report.get('platform', {}).get('python', ''))}</p>
 {('<p id="partial" style="background:#fff3e0;border-left:4px solid #ef6c00;padding:.5em"><b>Partial run:</b> '
    + e(report['partial']) + '</p>') if report.get('partial') else ''}
+{_gate(report.get("gate"))}
 <div id="totals">{totals}</div>
 <h2>Matrix</h2>{_matrix(report)}
 {_layers(report)}

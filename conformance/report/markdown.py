@@ -43,6 +43,7 @@ def render(report: dict) -> str:
              f"{_code(report['profile'])}, created {_esc(report['created'])}", ""]
     if report.get("partial"):
         lines += [f"**PARTIAL RUN:** {_esc(report['partial'])}", ""]
+    lines += _gate(report.get("gate"))
     from .build import counts_text, split_counts
     for backend, groups in (report.get("counts") or split_counts(report.get("results", []))).items():
         lines.append(f"**{_esc(backend)}:** numerical tests {counts_text(groups.get('numerical', {}))}; "
@@ -84,3 +85,17 @@ def _failure(r: dict) -> list[str]:
     if r.get("repro"):
         lines.append(f"  - replay: {_code('kvconform replay ' + r['repro'] + ' --backend ' + str(r.get('backend_spec')))}")
     return lines
+
+
+def _gate(verdict: dict | None) -> list[str]:
+    """The gate's verdict (gate.py), first: a run that checked less than it claims says so here."""
+    if not verdict:
+        return []
+    lines = [f"**Gate: {_esc(verdict['verdict'])} (exit {verdict['exit_code']})** — "
+             + {0: "every claimed case checked, none failed.",
+                1: f"{verdict['failures']} failed test(s).",
+                3: "nothing failed, but not everything claimed was checked:"}.get(verdict["exit_code"], ""), ""]
+    lines += [f"- NOT CHECKED {_esc(r['message'])}" for r in verdict.get("not_checked", [])]
+    lines += [f"- not checked (tests chosen by hand, not counted): {_esc(r['message'])}"
+              for r in verdict.get("warnings", [])]
+    return lines + ([""] if len(lines) > 2 else [])

@@ -12,6 +12,11 @@ A size constraint is one of
     {"multiple_of": 128}           multiples (with an optional "max")
     {"min": 2, "max": 8}           a range
 
+Claims are checked as data when a backend is loaded (backends/base.py: `claims_problems`, with
+`size_constraint_problem` for this grammar and `LIMIT_KINDS` for the limits that are not size constraints):
+a malformed constraint (`"sixteen"`, `{"values": 1}`, a misspelled key `{"value": [1]}`) is a claims error
+of the backend, reported before any test runs, never an engine error charged to its kernel.
+
 Names (per op where they make sense; LIMITS lists which op reads which):
     q_len           query rows of a counted sequence ({"values": [1]}: decode-only; {"max": k}: speculative)
     num_q_heads     Hq;  num_kv_heads: Hkv;  group_size: Hq // Hkv

@@ -234,6 +234,84 @@ def make_returns_generator():
     return ReturnsGenerator()
 
 
+# --- backends that cannot be checked: loading and claims (issue 26, the exit code's NOT CHECKED) ------
+
+def make_factory_raises():
+    raise RuntimeError("no device found")
+
+
+def make_factory_hangs():
+    time.sleep(600)
+
+
+class AvailabilityRaises(_OnlyWriteKv):
+    name = "availability-raises"
+
+    def availability(self):
+        raise RuntimeError("driver not initialised")
+
+
+def make_availability_raises():
+    return AvailabilityRaises()
+
+
+class NameNotText(_OnlyWriteKv):
+    name = 12345
+
+
+def make_name_not_text():
+    return NameNotText()
+
+
+class BadClaims(NumpyBackend):
+    """One claims mistake of each kind: every one must be named at load time (check-backend and run alike),
+    never become an engine error charged to the kernel, nor a quiet `unsupported`."""
+    name = "bad-claims"
+
+    def capabilities(self):
+        import dataclasses
+        claims = super().capabilities()
+        return {
+            "ragged_paged_atention": claims["ragged_paged_attention"],                      # misspelled op
+            "write_kv": dataclasses.replace(claims["write_kv"], dtypes=("fp32",),             # dtype name
+                                            features=("quantised_kv",),                       # feature name
+                                            page_sizes=(-3, 0),                               # page sizes
+                                            limits={"page_size": "sixteen",                   # limit value
+                                                    "num_kv_heads": {"value": [1]},           # constraint key
+                                                    "max_pages": {"values": 1},               # values type
+                                                    "max_kvlen": 8}),                         # limit name
+            "rotate_keys": dataclasses.replace(claims["rotate_keys"], layouts=("interleave",)),   # layout
+        }
+
+
+def make_bad_claims():
+    return BadClaims()
+
+
+class ReturnsNone(_OnlyWriteKv):
+    name = "returns-none"
+
+    def write_kv(self, *args, **kw):
+        return None
+
+
+def make_returns_none():
+    return ReturnsNone()
+
+
+class ReturnsThreeFields(_OnlyWriteKv):
+    """A plain tuple of three arrays where the reference returns two fields."""
+    name = "returns-three"
+
+    def write_kv(self, *args, **kw):
+        pools = reference.write_kv(*args, **kw)
+        return (pools.k_pages, pools.v_pages, pools.v_pages.copy())
+
+
+def make_returns_three_fields():
+    return ReturnsThreeFields()
+
+
 # --- a slow, wrong backend (the shrink budget, profiles.ShrinkBudget) ------------------------------
 
 class SlowAndWrong(_OnlyWriteKv):

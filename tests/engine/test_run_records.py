@@ -345,7 +345,10 @@ def test_interrupted_runs_leave_partial_reports_and_hold_their_folder(cli, tmp_p
         assert report["partial"].startswith(f"interrupted by {sig.name}: 1 results recorded"), report["partial"]
         assert [r["status"] for r in report["results"]] == ["pass"]
         assert "**PARTIAL RUN:** interrupted by" in (out / "report.md").read_text()
-        assert '<testcase classname="kvconform" name="run"' in (out / "junit.xml").read_text()
+        junit_xml = (out / "junit.xml").read_text()
+        assert junit_xml.count('<testcase classname="kvconform" name="run"') == 1   # once, not also as a gate reason
+        assert "kvconform.gate" not in junit_xml and "partial run" in " ".join(
+            r["message"] for r in report["gate"]["not_checked"])   # the gate is never PASS on a partial run
         assert json.loads((out / "run.json").read_text())["status"] == "interrupted"
 
 
@@ -384,6 +387,7 @@ def test_a_full_disk_cuts_the_run_short_in_one_line_and_report_rebuilds_it(tmp_p
     assert rebuilt.returncode == 3, rebuilt.stdout + rebuilt.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["partial"].startswith("cut short: cannot write") and len(report["results"]) == recorded
+    assert report["gate"]["exit_code"] == 3 and [r["kind"] for r in report["gate"]["not_checked"]] == ["partial"]
 
 
 def test_the_plugin_route_owns_its_folder_and_records_flaky(tmp_path):
@@ -411,4 +415,8 @@ def test_a_merge_of_a_partial_shard_is_partial():
                          run={"shard": "2/2", "status": "interrupted", "stopped": "interrupted by SIGTERM"})
     assert whole["partial"] is None and cut["partial"].startswith("interrupted by SIGTERM: 1 results recorded")
     assert build.merge([whole, cut])["partial"].startswith("shard 2/2: interrupted by SIGTERM")
-    assert build.merge([whole, whole])["partial"] is None
+    rest = build.assemble([dict(record, id="t::b")], backends={}, run={"shard": "2/2", "status": "complete"})
+    assert build.merge([whole, rest])["partial"] is None
+    # the gate: a partial run, or a merge holding one, is never green (gate.py: NOT CHECKED)
+    assert cut["gate"]["exit_code"] == 3 and whole["gate"]["exit_code"] == 0
+    assert build.merge([whole, cut])["gate"]["exit_code"] == 3 and build.merge([whole, rest])["gate"]["exit_code"] == 0

@@ -64,6 +64,19 @@ def test_shards_merge_to_the_full_run_and_resume_skips_done_tests(cli, tmp_path)
     report = cli.report(merged)
     assert {r["id"] for r in report["results"]} == ids[0] | ids[1]
     assert (merged / "report.html").exists() and (merged / "report.md").exists()
+    assert report["gate"]["exit_code"] == 0 and cli.report(tmp_path / "shard1")["shard"] == "1/2"
+    # one shard alone is not the run: NOT CHECKED, naming the missing shard (was exit 0, no word about it)
+    proc = cli("report", "merge", str(tmp_path / "shard1"), "--out", str(tmp_path / "half"))
+    assert proc.returncode == 3 and "shard(s) 2/2 missing from the merge" in proc.stdout, proc.stdout
+    # a shard judges its own slice: unreadable claims fail it (was exit 0); and it is a foreign shard
+    foreign = tmp_path / "foreign"
+    proc = cli("run", "--backend", "fault_backends:make_broken_capabilities", "--ops", "write_kv", "--shard", "2/2",
+               "--out", str(foreign))
+    assert proc.returncode == 3 and "NOT CHECKED fault_backends:make_broken_capabilities" in proc.stdout
+    proc = cli("report", "merge", str(tmp_path / "shard1"), str(foreign), "--out", str(tmp_path / "mixed"))
+    assert proc.returncode == 3 and proc.stdout.count("missing from the merge") == 2, proc.stdout
+    proc = cli("report", "merge", str(tmp_path / "shard1"), str(tmp_path / "shard1"), "--out", str(tmp_path / "twice"))
+    assert proc.returncode == 2 and "are both shard 1/2 of run" in proc.stderr
     # resume the first shard's directory as a full run: only the other shard's tests run
     proc = cli("run", "--backend", "numpy", "--ops", "write_kv", "--resume", "--out", str(tmp_path / "shard1"))
     assert proc.returncode == 0
@@ -200,7 +213,7 @@ def test_reports_show_where_a_backend_exception_was_raised(cli, tmp_path):
     (["run", "--profile", "fast"], "unknown profile"),
     (["run", "--shard", "3/2"], "--shard"),
     (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "-5"],
-     "argument --timeout: must be a finite number of seconds > 0, got '-5'"),
+     "argument --timeout: must be a finite number of seconds > 0 and at most 86400 (a day), got '-5'"),
     (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "0"], "argument --timeout: must be"),
     (["run", "--backend", "numpy", "--ops", "write_kv", "--timeout", "soon"], "argument --timeout: must be"),
     (["run", "--jobs", "many"], "argument --jobs/-j: invalid int value"),

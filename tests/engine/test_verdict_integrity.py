@@ -148,12 +148,17 @@ def test_unknown_claim_names_are_errors_with_the_close_match():
 
 
 def test_misspelled_feature_fails_the_run(cli, tmp_path):
+    """A claims error is found when the backend is loaded: NOT CHECKED (exit 3) naming the close match, no
+    test of the backend runs (no engine error charged to its kernel, no quiet `unsupported`)."""
     out = tmp_path / "out"
     proc = cli("run", "--backend", "fault_backends:make_misspelled", "--ops", "write_kv", "--profile", "ci",
                "--out", str(out))
-    assert proc.returncode == 1
-    failed = [r for r in cli.report(out)["results"] if r["status"] == "fail"]
-    assert failed and all("did you mean 'quantized_kv'" in r["message"] for r in failed)
+    assert proc.returncode == 3, proc.stdout[-2000:]
+    report = cli.report(out)
+    assert report["results"] == [] and report["gate"]["exit_code"] == 3
+    (reason,) = report["gate"]["not_checked"]
+    assert "unknown feature 'quantised_kv' (did you mean 'quantized_kv'?)" in reason["message"]
+    assert reason["message"] in proc.stdout
 
 
 def test_every_registered_feature_is_read_by_a_strategy():
@@ -201,14 +206,15 @@ def test_recurrent_bound_grows_with_each_sequences_own_length():
 
 # --- green means checked; counts that do not flatter ----------------------------------------------
 
-@pytest.mark.parametrize("factory, why", [("make_broken_capabilities", "claims cannot be read"),
+@pytest.mark.parametrize("factory, why", [("make_broken_capabilities", "describe() raised RuntimeError"),
                                           ("make_claims_nothing", "no numerical test of it ran")])
 def test_a_run_that_checked_nothing_is_not_green(cli, tmp_path, factory, why):
-    """A backend whose capabilities() raised was reported unsupported everywhere with exit 0."""
+    """A backend whose capabilities() raised was reported unsupported everywhere with exit 0 (now exit 3,
+    NOT CHECKED, gate.py)."""
     out = tmp_path / "out"
     proc = cli("run", "--backend", f"fault_backends:{factory}", "--ops", "write_kv", "--profile", "ci",
                "--out", str(out))
-    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert proc.returncode == 3, proc.stdout[-2000:]
     assert "NOT CHECKED" in proc.stdout and why in proc.stdout
 
 
