@@ -24,8 +24,9 @@ crash as a pass, and never concludes "call history" or "several regions together
 did not run. After a variation hangs, the rest are not run (each could cost the call timeout).
 
 **Hints.** An input the spec calls a hint (`HINTS`: `chunk_size`, RS-18 / RS-33: results must not
-depend on it) may be ignored or rounded by a backend (vLLM rounds the chunk size to 16), and then a
-variation of it tests nothing. So a variation that changes only hints also says whether the backend
+depend on it) may be ignored or rounded by a backend (issue 31 reports a vLLM kernel rounding the chunk
+size to 16; the upstream line is not cited here, it was not found), and then a variation of it tests
+nothing. So a variation that changes only hints also says whether the backend
 honoured it: its output is compared bit for bit with the backend's output on the original case (`hint
 ignored` when identical while the reference's differ: the variation then tells nothing; `hint without
 effect` when the reference's are identical too; `hint honoured` when they differ and the original gives

@@ -172,8 +172,8 @@ def _wrong_state(op, inputs, chunk):
 
 
 def test_a_chunk_size_the_backend_rounds_up_is_said_ignored():
-    """vLLM's chunked kernels round the chunk size up to 16 (issue 31): chunk_size 1 then runs the very
-    same computation as chunk_size 16, and "still fails token by token" would be a false lead."""
+    """A kernel that rounds the chunk size up to 16 (issue 31 reports one in vLLM): chunk_size 1 then runs
+    the very same computation as chunk_size 16, and "still fails token by token" would be a false lead."""
     def rounds_to_16(op, inputs):
         return _wrong_state(op, inputs, max(16, -(-int(inputs["chunk_size"]) // 16) * 16))
     found = diagnose(_kvc(rounds_to_16), ("differential", _chunked_case(16)), "fail")
