@@ -279,8 +279,8 @@ def _run(kvc, case: Case, expected: Any) -> Run:
         return Run("n/a", f"not comparable: {type(exc).__name__}: {str(exc)[:160]}", actual)
     bad = [r for r in results if not r.ok]
     if not bad:
-        worst = max((r.headroom for r in results), default=0.0)
-        return Run("pass", f"headroom {worst:.3g}", actual)
+        worst = max((r.error_ratio for r in results), default=0.0)
+        return Run("pass", f"error/allowed {worst:.3g}", actual)
     return Run("fail", bad[0].summary()[:240], actual)
 
 

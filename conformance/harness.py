@@ -9,7 +9,7 @@ A suite test reads like this (see conformance/README.md, "How to add an op famil
 
 `check(case)` runs the reference in this process and the backend in its worker subprocess, compares
 every output field with the family's `CHECKS[op]` (tolerance and specified region), records metrics,
-and raises `ConformanceFailure` naming op, clauses, worst element, headroom and reproducer.
+and raises `ConformanceFailure` naming op, clauses, worst element, error / allowed and reproducer.
 
 `expect_rejected(case)` is the "errors" layer: `case` is malformed (it carries a `Rejection`), the
 reference must reject it, and the backend must raise the same family (ValueError / TypeError) with a
@@ -138,7 +138,7 @@ class Harness:
         self.features: tuple[str, ...] = ()
         self.unclaimed = False
         self.examples = 0
-        self._example_headroom: float | None = None  # worst headroom of the current example (target)
+        self._example_error: float | None = None  # worst error / allowed of the current example (target)
         self.rejections = 0          # malformed cases the backend rightly rejected (errors layer)
         self.metrics: dict[str, dict] = {}
         self.dtypes_seen: set[str] = set()
@@ -204,16 +204,16 @@ class Harness:
         @chosen
         @hypothesis.given(strategy)
         def run(value):
-            self._example_headroom = None
+            self._example_error = None
             # what the diagnosis re-runs is the failing example's own check: a kind left by an earlier,
             # passing example (e.g. a call with no tokens that a backend returns early from) would be
             # diagnosed instead of the failure (issue 31: "depends on the calls before them")
             self._check_kind = None
             body(value)
             # Hypothesis allows one observation per label per example; a body may compare several times.
-            worst = self._example_headroom
+            worst = self._example_error
             if self.profile.target and worst is not None and math.isfinite(worst):
-                hypothesis.target(worst, label="headroom")
+                hypothesis.target(worst, label="error / allowed")
 
         # Hypothesis keys its example database on the function: make it unique per test item.
         run.hypothesis.inner_test.__qualname__ = re.sub(r"\W", "_", self.node.nodeid)
@@ -484,14 +484,14 @@ class Harness:
             results = compare_outputs(case, expected, actual, exact=exact, checks=checks)
         worst = 0.0
         for res in results:
-            slot = self.metrics.setdefault(res.name, {"max_abs": 0.0, "max_ulp": None, "headroom": 0.0})
+            slot = self.metrics.setdefault(res.name, {"max_abs": 0.0, "max_ulp": None, "error_ratio": 0.0})
             slot["max_abs"] = max(slot["max_abs"], res.max_abs)
-            slot["headroom"] = max(slot["headroom"], res.headroom)
+            slot["error_ratio"] = max(slot["error_ratio"], res.error_ratio)
             if res.max_ulp is not None:
                 slot["max_ulp"] = max(slot["max_ulp"] or 0.0, res.max_ulp)
-            worst = max(worst, res.headroom)
-        # for_all steers Hypothesis (profile.target) towards the worst headroom of each example
-        self._example_headroom = max(worst, self._example_headroom or 0.0)
+            worst = max(worst, res.error_ratio)
+        # for_all steers Hypothesis (profile.target) towards the worst error / allowed of each example
+        self._example_error = max(worst, self._example_error or 0.0)
         bad = [r for r in results if not r.ok]
         if bad:
             def fails(result) -> bool:
@@ -545,7 +545,7 @@ class Harness:
 
     def record(self) -> dict:
         duration = time.monotonic() - self.started
-        headroom = max((m["headroom"] for m in self.metrics.values()), default=None)
+        error_ratio = max((m["error_ratio"] for m in self.metrics.values()), default=None)
         return {
             "backend": self.backend_name,
             "backend_spec": self.backend_spec,
@@ -557,7 +557,7 @@ class Harness:
             "examples": self.examples,
             "rejections": self.rejections,
             "metrics": self.metrics,
-            "headroom": headroom,
+            "error_ratio": error_ratio,     # worst error / allowed error (<= 1 passes)
             "dtypes": sorted(self.dtypes_seen),
             "unclaimed": self.unclaimed,
             "duration": round(duration, 3),

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 
-from . import artifacts, backend_text, expectations, flaky, gate, interrupt, loading, outdir, profiles
+from . import artifacts, backend_text, expectations, flaky, gate, interrupt, loading, outdir, profiles, progress
 from .harness import ConformanceFailure, Harness
 from .rejection import InvalidErrorCase
 from .worker import BackendCrash, EngineError
@@ -51,6 +52,9 @@ def pytest_addoption(parser):
     g.addoption("--kvc-max-crashes", type=int, default=None, metavar="N",
                 help="after N crashes or hangs in a row of one backend's op, record its remaining tests as "
                      "`not run` (default 3; 0: never; counted per pytest process)")
+    g.addoption("--kvc-progress", action="store_true",
+                help="print where the run stands: one updating line on a terminal, one line per backend x op "
+                     "otherwise (conformance/progress.py)")
 
 
 class RunState:
@@ -79,6 +83,8 @@ class RunState:
         self.run: dict = {}
         self.recorded = 0          # result lines written by this session
         self.cut_short = False     # a result line could not be written: the run stops
+        self.progress = None       # progress.Progress of the controller under --kvc-progress, once planned
+        self.started = time.monotonic()
         self.loaded: dict[str, loading.Loaded] = {}
         # The gate (gate.py) judges a session that names a backend or an output folder: it loads every
         # backend before collection (controller), leaves out the tests of those that cannot be checked,
@@ -316,15 +322,13 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    ids = sorted((_backend_id(b) for b in config._kvconform.backends), key=len, reverse=True)
+    specs = sorted(config._kvconform.backends, key=lambda b: len(_backend_id(b)), reverse=True)
 
     class ModuleBackendScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module, _, name = nodeid.partition("::")
-            params = name[name.find("[") + 1:] if "[" in name else ""
-            backend = next((b for b in ids if params.startswith(b) and params[len(b):len(b) + 1] in ("-", "]")),
-                           "")
-            return f"{module}@{backend}"
+            module = nodeid.partition("::")[0]
+            backend = _backend_in_id(nodeid, specs)
+            return f"{module}@{_backend_id(backend) if backend else ''}"
 
     return ModuleBackendScheduling(config, log)
 
@@ -371,8 +375,59 @@ def pytest_collection_modifyitems(session, config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if state.controller and conformance:
+        _plan_progress(config, {item.nodeid: (_backend_spec(item), item.get_closest_marker("kvconform").kwargs["op"])
+                                for item in keep if item.get_closest_marker("kvconform") is not None})
     if conformance:   # before any test draws a case, in every process that collected conformance tests
         profiles.ignore_source_constants()
+
+
+def _backend_spec(item) -> str:
+    return item.callspec.params.get("kvc_backend", "?") if hasattr(item, "callspec") else "?"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under `--jobs N` the controller learns the test ids from the first worker's collection (every
+    worker collects the same tests): the totals of --kvc-progress."""
+    config = node.config
+    state = getattr(config, "_kvconform", None)
+    if state is None or state.progress is not None or not config.getoption("kvc_progress"):
+        return
+    ops = progress.ops_of_ids(ids, Path(str(config.rootpath)))
+    specs = sorted(state.backends, key=lambda b: len(_backend_id(b)), reverse=True)
+    _plan_progress(config, {i: (_backend_in_id(i, specs), op) for i, op in ops.items()})
+
+
+def _backend_in_id(nodeid: str, specs: list[str]) -> str:
+    """The backend spec a suite test id is parametrized with (`test_x[numpy-...]`); "" if none."""
+    name = nodeid.partition("::")[2]
+    params = name[name.find("[") + 1:] if "[" in name else ""
+    return next((b for b in specs if params.startswith(_backend_id(b))
+                 and params[len(_backend_id(b)):len(_backend_id(b)) + 1] in ("-", "]")), "")
+
+
+def _plan_progress(config, groups: dict) -> None:
+    state = config._kvconform
+    if not config.getoption("kvc_progress") or state.progress is not None:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    tty = bool(getattr(reporter, "isatty", False))
+    state.progress = progress.Progress(lambda text: reporter._tw.write(text, flush=True), tty=tty,
+                                       start=state.started)
+    state.progress.plan(groups)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_report_teststatus(report, config):
+    """Under --kvc-progress the progress line replaces pytest's one letter per test (which would break it
+    up on a terminal and say less in a log)."""
+    outcome = yield
+    result = outcome.get_result()
+    if config.getoption("kvc_progress", False) and isinstance(result, tuple) and len(result) == 3 and result[1]:
+        outcome.force_result((result[0], "", result[2]))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -627,6 +682,10 @@ def pytest_runtest_logreport(report):
         state.records.append(json.loads(value))
         if state.out is not None:
             state.record(value, _CONFIG.get("session"))
+            if state.progress is not None:
+                record = json.loads(value)
+                state.progress.result(report.nodeid, record.get("status", ""), record.get("backend", "?"),
+                                      record.get("op", "?"))
 
 
 def pytest_collectreport(report):
@@ -656,6 +715,8 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     state = session.config._kvconform
+    if state.progress is not None:
+        state.progress.close()
     if not state.controller:
         return
     from .report import build

@@ -4,7 +4,7 @@
 |----------|---------------|-------------|-------------------|---------------|-----------------------------|
 | quick    | 8             | no          | none              | 30 s          | local runs, `kvconform run` default |
 | ci       | 25            | yes         | none              | 60 s          | the CI gate: same cases every run |
-| thorough | 250           | no          | <out>/hypothesis-db (shared) | 300 s | long runs; `target(headroom)` |
+| thorough | 250           | no          | <out>/hypothesis-db (shared) | 300 s | long runs; `target(error / allowed)` |
 | repro    | 1             | yes         | none              | no shrinking  | re-run one example, verbose |
 | scale    | 1 (fixed cases) | yes       | none              | no shrinking  | GPU limits: `scale_suite/`, native backends only |
 | scale-smoke | 1 (fixed cases) | yes    | none              | no shrinking  | the scale tests at small sizes, anywhere |

@@ -172,6 +172,19 @@ def _page_reader(csr: bool, page_refs, page_size: int, pages_per_seq: int):
     return page_id, kv_len
 
 
+def _first_sequence_from(cu_ref, num_seqs, row):
+    """The smallest i in [0, num_seqs] with cu_q_lens[i + 1] > row (num_seqs when none): the first sequence
+    holding a row at or past `row`. A binary search over cu_q_lens in SMEM (non-decreasing, PA-4)."""
+    def body(bounds):
+        lo, hi = bounds
+        mid = (lo + hi) // 2
+        past = cu_ref[mid + 1] > row
+        return jnp.where(past, lo, mid + 1), jnp.where(past, mid, hi)
+
+    lo, _ = lax.while_loop(lambda bounds: bounds[0] < bounds[1], body, (jnp.int32(0), num_seqs))
+    return lo
+
+
 def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, group, kv_dtype, hkv_total):
     n_page_meta = 3 if csr else 2
     page_id, seq_kv_len = _page_reader(csr, refs[:n_page_meta], page_size, pages_per_seq)
@@ -297,7 +310,11 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
             walk_pages(i, page_lo, page_hi, use_page)
         return carry
 
-    lax.fori_loop(0, num_seqs, attend, 0)
+    # Only the sequences with rows in this block: a decode batch of hundreds of sequences would otherwise
+    # visit every sequence in every block (PA-51's long_batch column: 256 sequences, 32 blocks)
+    seq_lo = _first_sequence_from(cu_ref, num_seqs, row0)
+    seq_hi = jnp.minimum(_first_sequence_from(cu_ref, num_seqs, row0 + bq - 1) + 1, num_seqs)
+    lax.fori_loop(seq_lo, seq_hi, attend, 0)
 
     for h in range(hb):
         l = l_ref[h]
@@ -327,4 +344,4 @@ def _kernel(*refs, cfg: AttentionConfig, csr: bool, page_size, pages_per_seq, gr
                 walk_pages(i, page_lo, page_hi, use_page)
             return carry
 
-        lax.fori_loop(0, num_seqs, score, 0)
+        lax.fori_loop(seq_lo, seq_hi, score, 0)

@@ -491,10 +491,14 @@ def page_table_step_cases(draw, claims: OpClaims, *, min_history: int = 0):
 #: the attention columns the CSR form draws (per-token scores are not part of MD-23)
 def csr_attention_variants():
     """The block-table attention columns whose features MD-23 has (no per-token scores, no head sharding)
-    and that hand the cache in the canonical layout."""
+    and that hand the cache in the canonical layout. Of the size-reach columns, those that reach the page
+    table CSR encodes: hundreds of keys, page lists past one 64-entry tile, pages that are not powers of two
+    (heads, head dims and the 129-sequence decode batch run the block-table op's code in both shipped
+    backends and cost seconds per call under the interpreters: spec/paged_attention.md PA-51)."""
     from . import paged_attention as pa
     allowed = set(FEATURES["ragged_paged_attention_csr"])
-    return tuple(v for v in pa.ATTENTION_VARIANTS if set(v.features) <= allowed and not v.layout)
+    return tuple(v for v in pa.ATTENTION_VARIANTS if set(v.features) <= allowed and not v.layout
+                 and v.reach in ("", "keys", "pages", "page_size"))
 
 
 def block_table_inputs(x: dict) -> dict:

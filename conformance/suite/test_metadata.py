@@ -19,6 +19,7 @@ from kvconform.conformance.case import Case
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import metadata as md
+from kvconform.conformance.strategies import goldens
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import metadata as md_bad
 from kvconform.reference.metadata import ArenaLayout, BlockTable, CsrPageTable
@@ -452,21 +453,40 @@ test_page_table_step_rejects = _errors("page_table_step")
 
 # --- MD-23: attention over the CSR layout ------------------------------------------------------------
 
+def csr_golden(page_size: int = 2, head_dim: int = 2, *, empty: bool = True) -> Case:
+    """One KV head; values in the first two dims (the rest 0). Sequence 0 holds 3 keys with v = [3,0],
+    [0,3], [3,3] on its pages in reverse physical order (page_size 2: pages [1, 0], last-page length 1;
+    a page of 3 or more: one page, length 3); the slot after the last key holds 100 and must not be read.
+    One query row at position 2 with q = 0: equal weights, out = mean(v) = [2, 2]. With `empty`, a sequence
+    with no rows and no pages follows (MD-4)."""
+    values = ((3, 0), (0, 3), (3, 3))
+    pages = -(-len(values) // page_size)
+    k = np.zeros((pages, page_size, 1, head_dim), np.float32)
+    v = np.zeros_like(k)
+    for j, row in enumerate(values):
+        v[pages - 1 - j // page_size, j % page_size, 0, :2] = row
+    last = len(values) - (pages - 1) * page_size
+    if last < page_size:
+        v[0, last, 0, :2] = (100, 100)
+    tail = 1 if empty else 0
+    return Case("ragged_paged_attention_csr",
+                dict(q=np.zeros((1, 1, head_dim), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, *[1] * tail),
+                     kv_indptr=a(0, pages, *[pages] * tail), kv_indices=a(*range(pages - 1, -1, -1)),
+                     kv_last_page_len=a(last, *[0] * tail)),
+                dict(dtype="float32", kv_dtype="float32", page_size=page_size, head_dim=head_dim, hq=1,
+                     num_seqs=1 + tail, layout="csr"))
+
+
 @conformance_test(op="ragged_paged_attention_csr", layer="golden", clauses=("MD-3", "MD-23"))
-def test_attention_csr_golden(kvc):
-    """P = 2, one KV head, D = 2. Sequence 0: pages [1, 0], kv_len (2-1)*2 + 1 = 3, one query row at
-    position 2 with q = 0: equal weights over keys 0..2, out = mean(v) = ([3,0] + [0,3] + [3,3]) / 3
-    = [2, 2]; slot 1 of page 0 (past the last-page length) holds 100 and must not be read. Sequence 1
-    is empty with no rows."""
-    kvc.require(kvc.claims(), dtype="float32", kv_dtype="float32", page_size=2, head_dim=2)
-    k = np.zeros((2, 2, 1, 2), np.float32)
-    v = np.zeros((2, 2, 1, 2), np.float32)
-    v[1, 0, 0], v[1, 1, 0], v[0, 0, 0], v[0, 1, 0] = (3, 0), (0, 3), (3, 3), (100, 100)
-    case = Case("ragged_paged_attention_csr",
-                dict(q=np.zeros((1, 1, 2), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, 1),
-                     kv_indptr=a(0, 2, 2), kv_indices=a(1, 0), kv_last_page_len=a(1, 0)),
-                dict(dtype="float32", kv_dtype="float32", page_size=2, head_dim=2, hq=1, num_seqs=2, layout="csr"))
-    kvc.expect(case, kvc.call(case), np.array([[[2.0, 2.0]]]), what="hand-worked value")
+@pytest.mark.parametrize("form", ("small", "real"))
+def test_attention_csr_golden(kvc, form):
+    """csr_golden at page size 2 and head dim 2, and at the real head dim and page size of the block-table
+    goldens (goldens.REAL_HEAD_DIM, REAL_PAGE_SIZE; without the empty sequence, so that kernels that take
+    none run it too): the mean of three values on CSR-listed pages."""
+    claims = kvc.claims()
+    case = csr_golden() if form == "small" else csr_golden(goldens.REAL_PAGE_SIZE, goldens.REAL_HEAD_DIM, empty=False)
+    kvc.require(claims, **goldens.golden_space(case))
+    kvc.expect(case, kvc.call(case), goldens.expected_rows(case, [[[2.0, 2.0]]]), what="hand-worked value")
 
 
 @conformance_test(op="ragged_paged_attention_csr", layer="differential", clauses=("MD-2", "MD-3", "MD-4", "MD-23"))
@@ -474,8 +494,7 @@ def test_attention_csr_golden(kvc):
 def test_attention_csr_differential(kvc, variant):
     claims = kvc.claims(features=variant.features)
     # the block-table column's example shares (test_paged_attention.py): long and many-head calls cost more
-    budget = pa.LONG_BUDGET if variant.long else pa.MANY_HEADS_BUDGET if variant.name == "many_kv_heads" else 1.0
-    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check, budget=budget)
+    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check, budget=pa.example_share(variant))
 
 
 @conformance_test(op="ragged_paged_attention_csr", layer="property", clauses=("MD-5", "MD-23"))
