@@ -102,6 +102,26 @@ def test_expectations_xfail_and_unmatched(cli, tmp_path):
     assert proc.returncode == 2 and "reason" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_an_expectation_naming_a_diagnosis_covers_only_that_failure(cli, tmp_path):
+    """A broad glob narrowed by `diagnosis` must not hide another bug: the mutant's write_kv failures are not
+    diagnosed 'k_tail', so under an entry that names it they are plain failures and the run exits 1."""
+    from kvconform.conformance.expectations import Expectation
+    known = Expectation("*", "known", diagnosis="sequences without query rows dropped")
+    assert known.covers({"summary": "passes with soft_cap off, sequences without query rows dropped",
+                         "variations": [{"name": "sequences without query rows dropped", "outcome": "pass"}]})
+    assert not known.covers({"summary": "still fails with sequences without query rows dropped",
+                             "variations": [{"name": "sequences without query rows dropped", "outcome": "fail"}]})
+    assert not known.covers(None) and Expectation("*", "any").covers(None)
+    exp = tmp_path / "exp.toml"
+    exp.write_text('[[xfail]]\ntest = "*test_write_kv_*"\nreason = "known: NaN in k_tail"\ndiagnosis = "k_tail"\n')
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:WriteKvNegativeSlotWraps",
+               "--ops", "write_kv", "--expectations", str(exp), "--out", str(out), "--", "-k", "golden")
+    failed = [r for r in cli.report(out)["results"] if r["status"] == "fail"]
+    assert failed and all("not the known failure" in r["message"] for r in failed), failed[:1]
+    assert proc.returncode == 1, proc.stdout[-2000:]
+
+
 def test_junit_and_markdown(cli, tmp_path):
     out = tmp_path / "out"
     assert cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(out)).returncode == 0
