@@ -73,8 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                           "capabilities); > 0, at most a day (default: the profile's)")
     run.add_argument("--run-unclaimed", action="store_true")
     run.add_argument("--max-crashes", type=int, default=None, metavar="N",
-                     help="after N crashes or hangs in a row of one op, record its remaining tests as crash "
-                          "without running them (default 3; 0: never)")
+                     help="after N crashes or hangs in a row of one op, record its remaining tests as `not run` "
+                          "without running them (default 3; 0: never); the crashes fail the run")
     run.add_argument("--progress", action="store_true",
                      help="show where the run stands (backend, op, tests done / total, failures so far, time): "
                           "one updating line on a terminal, one line per backend x op in a log")

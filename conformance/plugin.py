@@ -26,7 +26,8 @@ from .harness import ConformanceFailure, Harness
 from .rejection import InvalidErrorCase
 from .worker import BackendCrash, EngineError
 
-FINAL = {"pass", "fail", "crash", "flaky", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error"}
+FINAL = {"pass", "fail", "crash", "flaky", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error",
+         "not run"}
 
 
 def pytest_addoption(parser):
@@ -42,12 +43,15 @@ def pytest_addoption(parser):
     g.addoption("--kvc-expectations", action="append", default=[], metavar="TOML")
     g.addoption("--kvc-timeout", type=profiles.timeout_seconds, default=None,
                 help="seconds per backend call, > 0 (default: profile)")
+    g.addoption("--kvc-shrink-seconds", type=profiles.timeout_seconds, default=None,
+                help="seconds of shrinking per test, > 0, after which the smallest counterexample so far is "
+                     "kept (default: profile)")
     g.addoption("--kvc-run-unclaimed", action="store_true",
                 help="also run cases outside the claims (pass -> unclaimed-pass, fail -> unsupported)")
     g.addoption("--kvc-isolation", choices=("subprocess", "none"), default="subprocess")
     g.addoption("--kvc-max-crashes", type=int, default=None, metavar="N",
                 help="after N crashes or hangs in a row of one backend's op, record its remaining tests as "
-                     "crash without running them (default 3; 0: never; counted per pytest process)")
+                     "`not run` (default 3; 0: never; counted per pytest process)")
     g.addoption("--kvc-progress", action="store_true",
                 help="print where the run stands: one updating line on a terminal, one line per backend x op "
                      "otherwise (conformance/progress.py)")
@@ -65,6 +69,7 @@ class RunState:
         self.profile = profiles.get(options["profile"])
         self.ops = options["ops"]
         self.timeout = options["timeout"]
+        self.shrink_seconds = opt("kvc_shrink_seconds")   # None: the profile's
         self.run_unclaimed = options["run_unclaimed"]
         self.max_crashes = options["max_crashes"]
         self.shard = _parse_shard(opt("kvc_shard"))
@@ -363,6 +368,7 @@ def pytest_collection_modifyitems(session, config, items):
             match = expectations.first_match(state.expectations, item.nodeid, names)
             if match is not None:
                 item.add_marker(pytest.mark.xfail(reason=match.reason, strict=match.strict))
+                item._kvc_expectation = match
     state.selected, state.suite_ops = selected, suite_ops
     if hasattr(config, "workeroutput"):   # pytest-xdist worker: the controller's gate needs the counts
         config.workeroutput["kvc_selected"] = selected
@@ -470,7 +476,8 @@ def kvc(request, kvc_backend):
     worker, description = state.worker(kvc_backend)
     harness = Harness(backend_spec=kvc_backend, worker=worker, description=description,
                       profile=state.profile, out_dir=state.out or Path(".kvconform"), node=request.node,
-                      run_unclaimed=state.run_unclaimed, call_timeout=state.timeout)
+                      run_unclaimed=state.run_unclaimed, call_timeout=state.timeout,
+                      shrink_seconds=state.shrink_seconds)
     request.node._kvc_harness = harness
     if description.get("load_error") or description.get("claims_error"):
         # loaded by the controller but not by this process, or a session without the gate: an error of
@@ -481,10 +488,23 @@ def kvc(request, kvc_backend):
     streak = state.crash_streak.get((kvc_backend, harness.op), 0)
     if state.max_crashes and streak >= state.max_crashes:
         # a hanging kernel would otherwise cost the call timeout on every remaining test of the op; the
-        # harness raises BackendCrash at the test's first claim or call (a fixture must not raise it)
+        # harness skips the test as `not run` at its first claim or call (the crashes fail the run)
         harness.not_run = (f"{NOT_RUN}{harness.op} crashed {streak} times in a row "
                            f"(--max-crashes {state.max_crashes})")
     return harness
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test body that raised (after Hypothesis's shrinking, if any) gets its failure diagnosed before
+    pytest reports it, so that the diagnosis is part of the exception's message (harness.diagnose_failure)."""
+    try:
+        return (yield)
+    except BaseException as exc:   # a crash is a BaseException (worker.BackendCrash); the harness picks
+        harness = getattr(item, "_kvc_harness", None)
+        if harness is not None:
+            harness.diagnose_failure(exc)
+        raise
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -499,10 +519,13 @@ def pytest_runtest_makereport(item, call):
     rate = None
     if status in ("fail", "flaky"):
         status, message, rate = _replayed(status, message, harness, call)
-    _count_crash(state, harness, status, message)
     failure = harness.failure
+    if status == "xfail":
+        status, message = _known_failure(item, failure, message)
+    _count_crash(state, harness, status, message)
     if status == "crash" and failure is None and harness.last_case is not None:
-        failure = {"case": harness.last_case, "message": message, "full_message": message, "fields": []}
+        failure = {"case": harness.last_case, "message": message, "full_message": message, "fields": [],
+                   "diagnosis": harness.crash_diagnosis}
     if status == "crash" and failure is not None:   # what the backend printed in the call that crashed
         failure["output"] = getattr(harness.worker, "crash_output", None)
         harness.worker.crash_output = None
@@ -583,14 +606,24 @@ def _count_crash(state, harness, status: str, message: str) -> None:
     """Crashes in a row per (backend, op): a crash adds one, a test that ran the backend to an answer
     resets it (unsupported and skipped tests never called it)."""
     key = (harness.backend_spec, harness.op)
-    if status == "crash" and NOT_RUN not in message:
+    if status == "crash":
         state.crash_streak[key] = state.crash_streak.get(key, 0) + 1
     elif status in ("pass", "fail", "flaky", "xfail", "xpass", "unclaimed-pass"):
         state.crash_streak[key] = 0
 
 
-#: marks a crash record of a test that was not run because its op kept crashing
+#: starts the reason of a test that was not run because its op kept crashing (status `not run`)
 NOT_RUN = "not run: "
+
+
+def _known_failure(item, failure, message) -> tuple[str, str]:
+    """An expected failure stays `xfail` only if it is the known one: an entry that names a diagnosis covers
+    only failures diagnosed so (expectations.Expectation.covers); any other failure is a plain `fail`."""
+    match = getattr(item, "_kvc_expectation", None)
+    if match is None or match.covers(failure and failure.get("diagnosis")):
+        return "xfail", message
+    return "fail", (f"{message} [not the known failure of the expectations entry '{match.test}': its "
+                    f"diagnosis is not '{match.diagnosis}']")
 
 
 def _variant(item) -> str:
@@ -615,6 +648,8 @@ def _status(rep, call, harness) -> tuple[str, str]:
     if rep.skipped:
         if hasattr(rep, "wasxfail"):
             return "xfail", _exc_text(call, harness)
+        if text.startswith(NOT_RUN):
+            return "not run", f"[{harness.op}] {text}"
         return ("unsupported" if text.startswith("unsupported") else "skip"), text
     if call.excinfo is not None and call.excinfo.errisinstance(BackendCrash):
         return "crash", f"[{harness.op}] crash: {call.excinfo.value}"

@@ -31,8 +31,9 @@ from ..backend_text import visible
 
 SCHEMA = "kvconform.report/1"
 STATUS_ORDER = ("fail", "crash", "flaky", "error", "xpass", "xfail", "pass", "unclaimed-pass", "unsupported",
-                "skip")
-#: statuses that fail a run
+                "not run", "skip")
+#: statuses that fail a run (`not run`, a test skipped after --max-crashes crashes in a row of its op, is not
+#: one: the crashes before it are)
 FAILED = ("fail", "crash", "flaky", "error")
 #: statuses every report lists under its failures (an xpass: an expectations entry to remove)
 LISTED = FAILED + ("xpass",)
@@ -197,7 +198,7 @@ def summary_lines(report: dict) -> list[str]:
                      f"errors layer (rejection tests) {counts_text(groups.get('errors', {}))}")
     not_run: dict = defaultdict(list)
     for r in report["results"]:
-        if r["status"] == "crash" and "] crash: not run: " in (r.get("message") or ""):
+        if r["status"] == "not run":
             not_run[(r.get("backend"), r.get("op"))].append(r)
         elif r["status"] in LISTED:
             rate = r.get("replays") if r["status"] == "flaky" else None
@@ -207,9 +208,8 @@ def summary_lines(report: dict) -> list[str]:
             if r.get("repro"):
                 lines.append(f"    replay: kvconform replay {r['repro']} --backend {r.get('backend_spec')}")
     for (backend, op), records in not_run.items():
-        reason = records[0]["message"].split("] crash: ", 1)[1]
-        lines.append(f"  CRASH {backend} {op}: {len(records)} more tests recorded as crash without running "
-                     f"({reason})")
+        reason = (records[0].get("message") or "").partition("not run: ")[2]
+        lines.append(f"  NOT RUN {backend} {op}: {len(records)} tests not run ({reason})")
     for e in report["expectations"]["unmatched"]:
         lines.append(f"  unmatched expectation ({e['source']}): {e['test']} [{e['backend']}]")
     if report.get("partial"):

@@ -23,7 +23,8 @@ from .build import FAILED, STATUS_ORDER, cell_status
 
 COLOR = {"pass": "#2e7d32", "fail": "#c62828", "crash": "#6a1b9a", "flaky": "#ad1457", "error": "#c62828",
          "xfail": "#f9a825",
-         "xpass": "#ef6c00", "unsupported": "#9e9e9e", "unclaimed-pass": "#1565c0", "skip": "#bdbdbd"}
+         "xpass": "#ef6c00", "unsupported": "#9e9e9e", "unclaimed-pass": "#1565c0", "not run": "#8d6e63",
+         "skip": "#bdbdbd"}
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}

@@ -16,14 +16,15 @@ from .build import LISTED, STATUS_ORDER, cell_status
 MEASURED = ("pass", "fail", "xfail", "xpass", "unclaimed-pass", "flaky")
 
 ICON = {"pass": "✅", "fail": "❌", "crash": "💥", "flaky": "🎲", "error": "❌", "xfail": "🟡", "xpass": "⚠️",
-        "unsupported": "—", "unclaimed-pass": "➕", "skip": "·"}
+        "unsupported": "—", "unclaimed-pass": "➕", "not run": "⏭", "skip": "·"}
 
 #: what each status means, for the legends
 MEANING = {"pass": "every test passed", "fail": "a test failed", "crash": "the backend crashed or hung",
            "flaky": "failed on some replays only", "error": "the engine or the suite erred",
            "xfail": "an expected failure (expectations file)", "xpass": "passed against an expectation",
            "unsupported": "outside the backend's claims", "unclaimed-pass": "passed outside the claims "
-           "(--run-unclaimed)", "skip": "skipped"}
+           "(--run-unclaimed)", "not run": "not run after --max-crashes crashes in a row of its op",
+           "skip": "skipped"}
 RATIO_NOTE = ("counts are tests (a cell shows its worst status first); the figure after a cell is the worst "
               "error / allowed error of its tests (<= 1 passes)")
 LEGEND = " · ".join(f"{ICON[s]} {MEANING[s]}" for s in ("pass", "fail", "crash", "flaky", "xfail", "xpass",

@@ -24,7 +24,7 @@ from kvconform.reference.kv_layouts import canonical_kv, to_layout
 
 from .. import tolerance
 from ..case import Case, PoisonRegion
-from ..diagnosis import narrowed, widened, without
+from ..diagnosis import narrowed, rows_dropped, widened, without
 from . import attention_reach as ar
 from . import constraints
 from . import goldens
@@ -634,7 +634,10 @@ def _attention_diagnosis(case: Case) -> list:
              widened(case, ("q",), "q widened to float32"),
              widened(case, ("k_pages", "v_pages"), "K/V widened to float32"),
              narrowed(case, ("q",), "q values rounded to bfloat16 (dtype kept)"),
-             narrowed(case, ("k_pages", "v_pages"), "K/V values rounded to bfloat16 (dtype kept)")]
+             narrowed(case, ("k_pages", "v_pages"), "K/V values rounded to bfloat16 (dtype kept)"),
+             rows_dropped(case, "padding rows off", ("q",),
+                          np.arange(len(x["q"])) < int(np.asarray(x["cu_q_lens"])[int(x["num_seqs"])])),
+             _without_empty_sequences(case)]
     if x.get("kv_layout", "separate") != "separate":
         found.append(("cache in the separate layout", dict_case(case, canonical_inputs(x))))
         return [v for v in found if v is not None]
@@ -647,6 +650,21 @@ def _attention_diagnosis(case: Case) -> list:
             found.append(without(case, "one scale per tensor", k_scale=np.float32(np.ravel(x["k_scale"])[0]),
                                  v_scale=np.float32(np.ravel(x["v_scale"])[0])))
     return [v for v in found if v is not None]
+
+
+def _without_empty_sequences(case: Case) -> tuple[str, Case] | None:
+    """A variation without the counted sequences that have no query row (PA-8 allows them): their
+    kv_lens and page_indices rows dropped and num_seqs lowered; the q rows stay as they are."""
+    x = case.inputs
+    n, cu = int(x["num_seqs"]), np.asarray(x["cu_q_lens"])
+    keep = np.ones(len(np.asarray(x["kv_lens"])), bool)
+    keep[:n] = np.diff(cu[:n + 1]) > 0
+    if keep[:n].all() or not keep[:n].any():
+        return None
+    kept_cu = np.concatenate([cu[:1], cu[1:n + 1][keep[:n]], cu[n + 1:]]).astype(cu.dtype)
+    return "sequences without query rows dropped", dict_case(case, dict(
+        kv_lens=np.asarray(x["kv_lens"])[keep], page_indices=np.asarray(x["page_indices"])[keep],
+        cu_q_lens=kept_cu, num_seqs=int(keep[:n].sum())))
 
 
 def _write_kv_diagnosis(case: Case) -> list:
