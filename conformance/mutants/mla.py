@@ -47,6 +47,27 @@ class RopeFromLogicalPage(Mutant):
         return out
 
 
+@mutant(op="mla_paged_attention", clause="ML-5",
+        description="every prefill row masked as a decode row: each row of a chunk sees all kv_len keys (the "
+                    "position of its last row) instead of its own causal prefix")
+class PrefillRowMaskedAsDecode(Mutant):
+    def mla_paged_attention(self, q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices, cu_q_lens,
+                            num_seqs, **kw):
+        call = reference.validate_mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices,
+                                                      cu_q_lens, num_seqs, **kw)
+        a = call.attention
+        q_lens = np.diff(a.cu_q_lens[:a.num_seqs + 1])
+        seq = np.repeat(np.arange(a.num_seqs), q_lens)      # the sequence of each counted row
+        rows = int(a.cu_q_lens[a.num_seqs])
+        # one decode "sequence" per row: position kv_len - 1 whatever the row's place in its chunk
+        out = np.zeros(np.shape(q_nope), np.float64)
+        if rows:
+            out[:rows] = reference.mla_paged_attention(
+                np.asarray(q_nope)[:rows], np.asarray(q_pe)[:rows], c_kv_pages, k_pe_pages, a.kv_lens[seq],
+                a.page_indices[seq], np.arange(rows + 1, dtype=np.int32), rows, **kw)
+        return out
+
+
 def _narrowed(dtype: str, features: tuple = ()):
     """capabilities() claiming only `dtype` queries and pools and `features` for the op (the rest as the numpy
     backend): the option columns the mutant cannot be caught by are skipped instead of run."""

@@ -253,6 +253,18 @@ class HeadBlockStraddlesKvHeads(Mutant):
         return reference.ragged_paged_attention(q, k_pages[:, :, kv_head], v_pages[:, :, kv_head], *args, **kw)
 
 
+def _scales_read_by_query_head(q, k_pages, v_pages, args, k_scale, v_scale, kw):
+    """Attention whose query head h reads the scales of KV head h % Hkv instead of its own, h // group
+    (PA-48): GQA expanded to one KV head per query head, the scales' last axis (the KV head) indexed the
+    wrong way."""
+    hq, hkv = q.shape[1], k_pages.shape[2]
+    heads = np.arange(hq) // (hq // hkv)
+    wrong = np.arange(hq) % hkv
+    return reference.ragged_paged_attention(q, k_pages[:, :, heads], v_pages[:, :, heads], *args,
+                                            k_scale=np.asarray(k_scale)[..., wrong],
+                                            v_scale=np.asarray(v_scale)[..., wrong], **kw)
+
+
 @mutant(op="ragged_paged_attention", clause="PA-48",
         description="per-head scales indexed by query head (h % Hkv) instead of KV head (h // group)")
 class HeadScaleByQueryHead(Mutant):
@@ -260,12 +272,7 @@ class HeadScaleByQueryHead(Mutant):
         if np.ndim(k_scale) != 1:
             return reference.ragged_paged_attention(q, k_pages, v_pages, *args, k_scale=k_scale,
                                                     v_scale=v_scale, **kw)
-        hq, hkv = q.shape[1], k_pages.shape[2]
-        heads = np.arange(hq) // (hq // hkv)          # GQA expanded: one KV head per query head
-        wrong = np.arange(hq) % hkv                   # the scale index the kernel used
-        return reference.ragged_paged_attention(q, k_pages[:, :, heads], v_pages[:, :, heads], *args,
-                                                k_scale=np.asarray(k_scale)[wrong],
-                                                v_scale=np.asarray(v_scale)[wrong], **kw)
+        return _scales_read_by_query_head(q, k_pages, v_pages, args, k_scale, v_scale, kw)
 
 
 @mutant(op="write_kv", clause="PA-48",
@@ -310,6 +317,17 @@ class ShardsWrongQueryHeads(Mutant):
         # shard s pairs its KV heads with query heads of shard s+1: the query block index is off by one
         q = np.roll(q, -(q.shape[1] // num_shards), axis=1) if num_shards > 1 else q
         return reference.ragged_paged_attention(q, k_pages, v_pages, *args, num_shards=num_shards, **kw)
+
+
+@mutant(op="ragged_paged_attention", clause="PA-48",
+        description="per-token scales beside the pages read at the query head's index (h % Hkv) instead of "
+                    "its KV head's (h // group)")
+class TokenScaleByQueryHead(Mutant):
+    def ragged_paged_attention(self, q, k_pages, v_pages, *args, k_scale=None, v_scale=None, **kw):
+        if np.ndim(k_scale) != 3:
+            return reference.ragged_paged_attention(q, k_pages, v_pages, *args, k_scale=k_scale,
+                                                    v_scale=v_scale, **kw)
+        return _scales_read_by_query_head(q, k_pages, v_pages, args, k_scale, v_scale, kw)
 
 
 # --- reach (issue 27): bugs behind the sizes and values only the long_* and range columns draw ----------

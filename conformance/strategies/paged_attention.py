@@ -150,8 +150,10 @@ def example_share(variant: Variant) -> float:
     return 1.0
 
 
-#: shard counts of the head_sharding column when the backend states no `num_shards` limit
-DEFAULT_SHARDS = (2, 4)
+#: shard counts of the head_sharding column when the backend states no `num_shards` limit (2, 4, 8 chips)
+DEFAULT_SHARDS = (2, 4, 8)
+#: KV heads per shard in the head_sharding column (PA-49): one (8 KV heads on 8 chips), two and four
+KV_HEADS_PER_SHARD = (1, 2, 4)
 #: features whose inputs are split with the heads (sinks per query head, scales per KV head) or summed
 #: over shards (scores): the head_sharding column turns each on at random where claimed (PA-49)
 SHARDED_FEATURES = ("sinks", "return_scores", "per_head_scales")
@@ -160,12 +162,13 @@ SHARDED_FEATURES = ("sinks", "return_scores", "per_head_scales")
 def _head_counts(claims: OpClaims, variant: Variant, shards: int = 1) -> tuple[tuple[int, int], ...]:
     """(Hkv, group) pairs within the head-count claims: Hkv 1..3 (Hkv = 1: one KV head for all), groups
     of GROUP_SIZES where `gqa` is claimed (else 1), Hq = Hkv * group within num_q_heads. Split over
-    `shards` > 1 devices (PA-49): Hkv in {shards, 2 * shards}, one or two KV heads per shard. The
+    `shards` > 1 devices (PA-49): Hkv = shards * KV_HEADS_PER_SHARD, one, two or four KV heads per shard. The
     long_heads column draws attention_reach.REACH_HEADS and the head counts a claim lists past them."""
     if variant.reach == "heads":
         return ar.head_counts(claims)
     if shards > 1:
-        hkvs = constraints.allowed(claims, "num_kv_heads", (shards, 2 * shards), "KV head count")
+        hkvs = constraints.allowed(claims, "num_kv_heads", tuple(shards * n for n in KV_HEADS_PER_SHARD),
+                                   "KV head count")
         hkvs = tuple(h for h in hkvs if h % shards == 0)
         groups = GROUP_SIZES
     elif variant.name == "many_kv_heads":
