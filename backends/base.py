@@ -109,6 +109,38 @@ LIMITS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The `OpClaims` set fields each op's strategies read (dtypes, kv_dtypes, page_sizes, head_dims): a field
+#: an op never reads means nothing for it, so `kvconform list` leaves it out (features, layouts and limits
+#: are shown where FEATURES, LAYOUTS, LIMITS register names for the op). Found by recording which fields
+#: the draws of every suite test read in a quick-profile run of all ops (2026-11-26), then by reading the
+#: strategies: rotate_keys' dtypes are its LUT dtype, accumulate_scores' its score dtype, the recurrent
+#: ops' kv_dtypes their state pools' dtypes, mla's head_dims its latent dims d_c (spec/mla.md ML-1).
+_ATTENTION_FIELDS = ("dtypes", "kv_dtypes", "page_sizes", "head_dims")
+_RECURRENT_FIELDS = ("dtypes", "kv_dtypes")
+CLAIM_FIELDS: dict[str, tuple[str, ...]] = {
+    "ragged_paged_attention": _ATTENTION_FIELDS,
+    "ragged_paged_attention_csr": _ATTENTION_FIELDS,
+    "write_kv": _ATTENTION_FIELDS,
+    "rotate_keys": _ATTENTION_FIELDS,
+    "shift_keys": ("kv_dtypes", "page_sizes", "head_dims"),
+    "accumulate_scores": ("dtypes",),
+    "plan_eviction": ("page_sizes",),
+    "causal_conv1d_update": _RECURRENT_FIELDS,
+    "selective_state_update": _RECURRENT_FIELDS,
+    "ssd_chunked_scan": _RECURRENT_FIELDS,
+    "rwkv6_wkv": _RECURRENT_FIELDS,
+    "gated_delta_rule_update": _RECURRENT_FIELDS,
+    "gated_delta_rule_chunked": _RECURRENT_FIELDS,
+    "recurrent_store_step": ("kv_dtypes",),
+    "block_table_to_csr": ("page_sizes",),
+    "csr_to_block_table": ("page_sizes",),
+    "append_slot_mapping": ("page_sizes",),
+    "slot_mapping_from_arena": ("page_sizes",),
+    "page_table_step": ("page_sizes",),
+    "arena_layout": (),
+    "mla_paged_attention": _ATTENTION_FIELDS,
+}
+
 #: Convention claims: limits that are not sizes but a choice a real kernel made that the spec leaves open
 #: (spec/recurrent.md RS-36 … RS-40), with the values each may take. A convention narrows what is drawn or
 #: compared; it never loosens a tolerance.

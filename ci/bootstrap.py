@@ -70,10 +70,12 @@ def ensure_browser() -> None:
     if shutil.which("chromium") or shutil.which("chromium-browser"):
         return
     if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-        print("=== installing chromium (Debian package) for the HTML report test", flush=True)
+        print("=== installing chromium (Debian package) for the HTML report tests", flush=True)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        started = time.monotonic()
         subprocess.call(["apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL)
         subprocess.call(["apt-get", "install", "-y", "-qq", "chromium"], env=env, stdout=subprocess.DEVNULL)
+        print(f"=== chromium install: {time.monotonic() - started:.0f} s", flush=True)
     if not shutil.which("chromium"):
         print("=== chromium unavailable: the browser test of report.html will be skipped", flush=True)
 

@@ -73,8 +73,11 @@ def _parser() -> argparse.ArgumentParser:
                           "capabilities); > 0, at most a day (default: the profile's)")
     run.add_argument("--run-unclaimed", action="store_true")
     run.add_argument("--max-crashes", type=int, default=None, metavar="N",
-                     help="after N crashes or hangs in a row of one op, record its remaining tests as crash "
-                          "without running them (default 3; 0: never)")
+                     help="after N crashes or hangs in a row of one op, record its remaining tests as `not run` "
+                          "without running them (default 3; 0: never); the crashes fail the run")
+    run.add_argument("--progress", action="store_true",
+                     help="show where the run stands (backend, op, tests done / total, failures so far, time): "
+                          "one updating line on a terminal, one line per backend x op in a log")
     run.add_argument("--suite", default=None, help=argparse.SUPPRESS)
     run.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --")
 
@@ -336,6 +339,8 @@ def cmd_run(args) -> int:
     if args.run_unclaimed:
         pytest_args.append("--kvc-run-unclaimed")
     pytest_args += ["--kvc-max-crashes", str(args.max_crashes)]
+    if args.progress:   # without pytest's [NN%] column, which the letters it replaces would have filled
+        pytest_args += ["--kvc-progress", "-o", "console_output_style=classic"]
     if args.seed is not None:
         pytest_args.append(f"--hypothesis-seed={args.seed}")
     if jobs > 1:
@@ -413,7 +418,8 @@ def _list_profile(name: str) -> int:
 
 
 def _print_backend(loaded) -> None:
-    """One backend's line (version, where it runs) and one line per claimed op, limits included."""
+    """One backend's line (version, where it runs) and one line per claimed op with the claim fields that
+    op reads (backends/base.py CLAIM_FIELDS; features, layouts and limits where the op registers any)."""
     desc = loaded.description
     if desc.get("load_error") or desc.get("claims_error"):
         print(f"{loaded.spec:<10} {loaded.problem}")
@@ -421,15 +427,28 @@ def _print_backend(loaded) -> None:
     where = desc["device"] if desc["available"] else f"cannot run here: {desc['reason']}"
     print(f"{loaded.spec:<10} {desc['version']:<10} {where}")
     for op, claims in desc["capabilities"].items():
-        feats = ",".join(claims.get("features", [])) or "-"
-        line = (f"    {op:<24} dtypes={','.join(claims.get('dtypes', []))} "
-                f"kv={','.join(claims.get('kv_dtypes', []))} page_sizes={claims.get('page_sizes') or 'any'} "
-                f"head_dims={claims.get('head_dims') or 'any'} features={feats}")
-        if claims.get("layouts"):
-            line += f" layouts={','.join(claims['layouts'])}"
-        if claims.get("limits"):
-            line += " limits=" + json.dumps(claims["limits"], separators=(",", ":"))
-        print(line)
+        print(f"    {op:<24} {_claim_text(op, claims) or '(reads no claim fields: every drawn case is claimed)'}")
+
+
+def _claim_text(op: str, claims: dict) -> str:
+    """`dtypes=float32,bfloat16 page_sizes=any ...`: the fields `op` reads; an unknown op shows them all."""
+    from kvconform.backends.base import CLAIM_FIELDS, FEATURES, LAYOUTS, OPS
+    fields = CLAIM_FIELDS.get(op, ("dtypes", "kv_dtypes", "page_sizes", "head_dims"))
+    names = {"dtypes": "dtypes", "kv_dtypes": "kv", "page_sizes": "page_sizes", "head_dims": "head_dims"}
+    parts = []
+    for name in fields:
+        value = claims.get(name)
+        if name in ("page_sizes", "head_dims"):
+            parts.append(f"{names[name]}={','.join(map(str, value)) if value else 'any'}")
+        else:
+            parts.append(f"{names[name]}={','.join(value or []) or '-'}")
+    if FEATURES.get(op) or op not in OPS or claims.get("features"):
+        parts.append(f"features={','.join(claims.get('features') or []) or '-'}")
+    if LAYOUTS.get(op) or claims.get("layouts"):
+        parts.append(f"layouts={','.join(claims.get('layouts') or []) or '-'}")
+    if claims.get("limits"):
+        parts.append("limits=" + json.dumps(claims["limits"], separators=(",", ":")))
+    return " ".join(parts)
 
 
 def cmd_check_backend(args) -> int:
@@ -601,7 +620,7 @@ def _replay_once(case, meta: dict, before: list, expected, worker) -> tuple[str,
         status = "ok  " if res.ok else "FAIL"
         extra = f", max ulp {res.max_ulp:.3g}" if res.max_ulp is not None else ""
         lines.append(f"  {status} {res.name}: {res.n_bad}/{res.compared} elements out of tolerance, "
-                     f"max abs error {res.max_abs:.3g}{extra}, headroom {res.headroom:.3g} ({res.kind})")
+                     f"max abs error {res.max_abs:.3g}{extra}, error/allowed {res.error_ratio:.3g} ({res.kind})")
         if not res.ok:
             lines.append(f"       {res.summary()}")
             ok = False

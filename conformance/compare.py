@@ -1,7 +1,7 @@
 """Compare one backend output field with the reference under a `Tolerance`, over the specified region.
 
 `compare_field` returns a `FieldResult` with the metrics every report shows: max abs error, max ULP
-error (in the precision the case requires), headroom = worst error / allowed error (<= 1 passes), the
+error (in the precision the case requires), error ratio = worst error / allowed error (<= 1 passes), the
 worst index and how many elements failed. Elements outside `mask` are unspecified and never looked at.
 
 Two rules make the verdict independent of what the backend chooses to return:
@@ -32,7 +32,7 @@ class FieldResult:
     n_bad: int = 0
     max_abs: float = 0.0
     max_ulp: float | None = None
-    headroom: float = 0.0
+    error_ratio: float = 0.0      # worst error / allowed error (<= 1 passes; inf: none was allowed)
     aggregate: float | None = None
     worst_index: list[int] = field(default_factory=list)
     worst_actual: str = ""
@@ -46,7 +46,7 @@ class FieldResult:
 
     def to_json(self) -> dict:
         out = asdict(self)
-        for key in ("max_abs", "headroom", "aggregate", "max_ulp"):
+        for key in ("max_abs", "error_ratio", "aggregate", "max_ulp"):
             value = out[key]
             if isinstance(value, float) and not math.isfinite(value):
                 out[key] = str(value)
@@ -58,7 +58,7 @@ class FieldResult:
             return f"{self.name}: {self.problem}"
         where = "[" + ",".join(map(str, self.worst_index)) + "]"
         text = (f"{self.name}: {self.n_bad}/{self.compared} elements out of tolerance, worst at {where}: "
-                f"got {self.worst_actual}, expected {self.worst_expected}, headroom {self.headroom:.3g}")
+                f"got {self.worst_actual}, expected {self.worst_expected}, error/allowed {self.error_ratio:.3g}")
         if self.aggregate is not None:
             text += f", aggregate ||err||/||tol|| {self.aggregate:.3g}"
         if self.problem_detail:
@@ -101,7 +101,7 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
                                        f"{dtypes.dtype_name(expected.dtype)} (exact class: same storage dtype)")
         bad = ~_bits_equal(actual, expected) & mask
         res = FieldResult(name, not bad.any(), tol.kind, compared=compared, n_bad=int(bad.sum()),
-                          headroom=float(bad.any()) * math.inf if bad.any() else 0.0)
+                          error_ratio=float(bad.any()) * math.inf if bad.any() else 0.0)
         if bad.any():
             res.profile = error_profile(np.where(bad, math.inf, 0.0)[mask])   # allowed error 0: any is inf
             a64, r64 = actual.astype(np.float64), expected.astype(np.float64)
@@ -115,7 +115,7 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
                            problem=f"dtype {dtypes.dtype_name(actual.dtype)} is not a floating dtype")
     narrower = _narrower_than_required(actual.dtype, tol.out_dtype)
     if narrower:
-        return FieldResult(name, False, tol.kind, compared=compared, headroom=math.inf, problem=narrower)
+        return FieldResult(name, False, tol.kind, compared=compared, error_ratio=math.inf, problem=narrower)
     a = actual.astype(np.float64)
     r = expected.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -130,7 +130,10 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
         else:
             allowed = tol.atol + tol.rtol * np.abs(np.where(r_finite, r, 0.0))
         allowed = np.broadcast_to(np.where(np.isfinite(allowed), allowed, 0.0), r.shape)
-        ratio = np.where(err == 0, 0.0, np.where(np.isinf(err), math.inf, err / np.maximum(allowed, 1e-300)))
+        # any error where none is allowed is inf times the allowance (not err / 1e-300: reports showed
+        # such quotients, 1e+300 and the like, as if they were measured)
+        ratio = np.where(err == 0, 0.0, np.where(np.isinf(err) | (allowed == 0), math.inf,
+                                                 err / np.where(allowed == 0, 1.0, allowed)))
     ratio = np.where(mask, ratio, 0.0)
     bad = (ratio > 1.0) & mask
     res = FieldResult(name, True, tol.kind, compared=compared, n_bad=int(bad.sum()))
@@ -139,7 +142,7 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
         res.problem_detail = _nonfinite_detail(a, r, nonfinite)
     if compared:
         res.max_abs = float(np.max(np.where(mask, err, 0.0)))
-        res.headroom = float(np.max(ratio))
+        res.error_ratio = float(np.max(ratio))
         if tol.out_dtype != "float64" and np.isfinite(res.max_abs):
             res.max_ulp = float(np.max(np.where(mask, err / ulp(r, tol.out_dtype), 0.0)))
         if math.isfinite(tol.aggregate):
@@ -150,7 +153,7 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
             limit = aggregate_limit(tol.aggregate, compared)
             if res.aggregate > limit:
                 res.ok = False
-                res.headroom = max(res.headroom, res.aggregate / limit)
+                res.error_ratio = max(res.error_ratio, res.aggregate / limit)
     if bad.any():
         res.ok = False
     if not res.ok:

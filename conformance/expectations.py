@@ -8,6 +8,11 @@ TOML, one table per entry:
     reason = "tanh overflow in the interpreter, see issue 12"                     # mandatory
     issue = "https://..."     # optional
     strict = true             # optional: a pass of this test fails the gate (default: reported only)
+    diagnosis = "sequences without query rows dropped"   # optional: only the failure diagnosed so
+
+A `diagnosis` narrows a broad entry to one known bug: the name of a diagnosis variation the failure passes
+with (conformance/diagnosis.py), or else text its diagnosis summary contains. A matching test that fails with
+another diagnosis, or none, is a plain `fail`, so a glob over many columns never hides a second bug.
 
 A matching test still runs: failing is `xfail`, passing is `xpass` (reported, so stale entries show; with
 `strict = true` a failure of the gate). `backend` matches the backend's own name (`describe()["name"]`,
@@ -35,6 +40,19 @@ class Expectation:
     issue: str = ""
     source: str = ""
     strict: bool = False
+    diagnosis: str = ""
+
+    def covers(self, failure_diagnosis: dict | None) -> bool:
+        """Is a failure with this diagnosis ({"summary", "variations": [{"name", "outcome"}]}) the known one?
+        Always, when the entry names no diagnosis."""
+        if not self.diagnosis:
+            return True
+        if not failure_diagnosis:
+            return False
+        named = [v for v in failure_diagnosis.get("variations", []) if v.get("name") == self.diagnosis]
+        if named:   # a variation's name: the failure must go away with it
+            return any(v.get("outcome") == "pass" for v in named)
+        return self.diagnosis in failure_diagnosis.get("summary", "")
 
     def matches(self, test_id: str, backend) -> bool:
         """Does the entry match test `test_id` of the backend known by `backend` (one name, or several:
@@ -48,7 +66,7 @@ class Expectation:
 
     def to_json(self) -> dict:
         return {"test": self.test, "backend": self.backend, "reason": self.reason, "issue": self.issue,
-                "source": self.source, "strict": self.strict}
+                "source": self.source, "strict": self.strict, "diagnosis": self.diagnosis}
 
 
 def load(paths) -> list[Expectation]:
@@ -76,7 +94,7 @@ def load(paths) -> list[Expectation]:
                 raise ExpectationError(f"{path}: xfail entry {n} needs a 'test' glob")
             if not isinstance(reason, str) or not reason.strip():
                 raise ExpectationError(f"{path}: xfail entry {n} ({test}) needs a non-empty 'reason'")
-            extra = set(raw) - {"test", "reason", "backend", "issue", "strict"}
+            extra = set(raw) - {"test", "reason", "backend", "issue", "strict", "diagnosis"}
             if extra:
                 raise ExpectationError(f"{path}: xfail entry {n} has unknown keys {sorted(extra)}")
             backend, issue, strict = raw.get("backend", "*"), raw.get("issue", ""), raw.get("strict", False)
@@ -88,7 +106,11 @@ def load(paths) -> list[Expectation]:
             if not isinstance(strict, bool):
                 raise ExpectationError(f"{path}: xfail entry {n} ({test}): 'strict' must be true or false, "
                                        f"got {strict!r}")
-            entries.append(Expectation(test, reason.strip(), backend, issue, str(path), strict))
+            diagnosis = raw.get("diagnosis", "")
+            if not isinstance(diagnosis, str):
+                raise ExpectationError(f"{path}: xfail entry {n} ({test}): 'diagnosis' must be a string (text the "
+                                       f"failure's diagnosis contains), got {diagnosis!r}")
+            entries.append(Expectation(test, reason.strip(), backend, issue, str(path), strict, diagnosis.strip()))
     return entries
 
 

@@ -9,7 +9,7 @@ A suite test reads like this (see conformance/README.md, "How to add an op famil
 
 `check(case)` runs the reference in this process and the backend in its worker subprocess, compares
 every output field with the family's `CHECKS[op]` (tolerance and specified region), records metrics,
-and raises `ConformanceFailure` naming op, clauses, worst element, headroom and reproducer.
+and raises `ConformanceFailure` naming op, clauses, worst element, error / allowed and reproducer.
 
 `expect_rejected(case)` is the "errors" layer: `case` is malformed (it carries a `Rejection`), the
 reference must reject it, and the backend must raise the same family (ValueError / TypeError) with a
@@ -119,7 +119,8 @@ def compare_outputs(case: Case, expected: Any, actual: Any, *, exact: bool = Fal
 
 class Harness:
     def __init__(self, *, backend_spec: str, worker, description: dict, profile: profiles.Profile,
-                 out_dir, node, run_unclaimed: bool = False, call_timeout: float | None = None):
+                 out_dir, node, run_unclaimed: bool = False, call_timeout: float | None = None,
+                 shrink_seconds: float | None = None):
         self.backend_spec = backend_spec
         self.backend_name = description.get("name", backend_spec)
         self.worker = worker
@@ -129,6 +130,7 @@ class Harness:
         self.node = node
         self.run_unclaimed = run_unclaimed
         self.call_timeout = call_timeout or profile.call_timeout
+        self.shrink_seconds = shrink_seconds or profile.shrink_seconds   # profiles.py, "Shrink budget"
         marker = node.get_closest_marker("kvconform")
         meta = marker.kwargs if marker else {"op": "", "clauses": (), "layer": ""}
         self.op: str = meta["op"]
@@ -137,7 +139,7 @@ class Harness:
         self.features: tuple[str, ...] = ()
         self.unclaimed = False
         self.examples = 0
-        self._example_headroom: float | None = None  # worst headroom of the current example (target)
+        self._example_error: float | None = None  # worst error / allowed of the current example (target)
         self.rejections = 0          # malformed cases the backend rightly rejected (errors layer)
         self.metrics: dict[str, dict] = {}
         self.dtypes_seen: set[str] = set()
@@ -146,7 +148,8 @@ class Harness:
         self._check_kind: tuple | None = None   # how the last compared case was judged (for the diagnosis)
         self._before: list[Case] = []           # calls a failure depends on (call history), replayed first
         self._expected: tuple | None = None     # (case, reference result) while check() calls the backend
-        self.not_run = ""                       # set when the op kept crashing: record a crash, call nothing
+        self.not_run = ""                       # set when the op kept crashing: `not run`, call nothing
+        self.crash_diagnosis: dict | None = None  # the diagnosis of a crash (no failure record holds it)
         self.started = time.monotonic()
         self.clock = PhaseClock()               # engine-throughput shares (conformance/timing.py)
 
@@ -173,8 +176,10 @@ class Harness:
         return OpClaims.from_json(raw)
 
     def _stop_if_not_run(self) -> None:
+        """After --max-crashes crashes in a row of the op: the test is `not run` (a skip with the reason,
+        counted apart from crashes; the crashes themselves fail the run)."""
         if self.not_run:
-            raise BackendCrash(self.not_run)
+            pytest.skip(self.not_run)
 
     def require(self, claims: OpClaims, **space) -> None:
         """Skip as `unsupported` unless every given dimension lies within `claims`: dtype, kv_dtype,
@@ -200,16 +205,16 @@ class Harness:
         @chosen
         @hypothesis.given(strategy)
         def run(value):
-            self._example_headroom = None
+            self._example_error = None
             # what the diagnosis re-runs is the failing example's own check: a kind left by an earlier,
             # passing example (e.g. a call with no tokens that a backend returns early from) would be
             # diagnosed instead of the failure (issue 31: "depends on the calls before them")
             self._check_kind = None
             body(value)
             # Hypothesis allows one observation per label per example; a body may compare several times.
-            worst = self._example_headroom
+            worst = self._example_error
             if self.profile.target and worst is not None and math.isfinite(worst):
-                hypothesis.target(worst, label="headroom")
+                hypothesis.target(worst, label="error / allowed")
 
         # Hypothesis keys its example database on the function: make it unique per test item.
         run.hypothesis.inner_test.__qualname__ = re.sub(r"\W", "_", self.node.nodeid)
@@ -219,11 +224,26 @@ class Harness:
             except (ConformanceFailure, BackendError, Exception) as exc:
                 pytest.skip(f"unsupported (unclaimed and failing: {str(exc).splitlines()[0][:200]})")
         else:
-            try:
+            self._shrink_capped(run)   # a failure is diagnosed once the body has raised (plugin: diagnose_failure)
+
+    def _shrink_capped(self, run: Callable[[], None]) -> None:
+        """`run()` (a Hypothesis test) with its shrinking capped at the profile's budget (profiles.py,
+        "Shrink budget"); a failure whose shrinking the cap ended says so in its message."""
+        if not self.profile.shrink:
+            run()
+            return
+        budget = profiles.ShrinkBudget(self.shrink_seconds)
+        try:
+            with budget:
                 run()
-            except (ConformanceFailure, *_GROUPS) as exc:
-                self._attach_diagnosis(exc)
-                raise
+        except (ConformanceFailure, *_GROUPS) as exc:
+            if budget.stopped and self.failure is not None:
+                line = "\n  " + budget.note(self.profile.name)
+                self.failure["message"] += line
+                self.failure["full_message"] += line
+                if isinstance(exc, ConformanceFailure):
+                    exc.args = (self.failure["message"],)
+            raise
 
     def run_state_machine(self, machine_cls, *, budget: float = 1.0, steps: int = 12) -> None:
         """Run a hypothesis `RuleBasedStateMachine` under the profile (its rules call `self.call`).
@@ -239,7 +259,7 @@ class Harness:
             chosen = hypothesis.settings(profiles.hypothesis_settings(self.profile, budget=budget,
                                                                       out_dir=self.out_dir),
                                          stateful_step_count=steps)
-            run_state_machine_as_test(machine_cls, settings=chosen)
+            self._shrink_capped(lambda: run_state_machine_as_test(machine_cls, settings=chosen))
             runs += chosen.max_examples
             if self.examples > before:
                 return
@@ -265,11 +285,11 @@ class Harness:
         except BackendError as exc:
             error, detail = raised_lines(exc)
             self._fail(case, [], f"backend raised {exc.type_name}: {error}", traceback=exc.tb, detail=detail,
-                       replay=self._call_replay(case))
+                       replay=self._call_replay(case), symptom="raises")
         except BackendDeclined as exc:
             self._declined(case, str(exc))
         except BackendProtocolError as exc:
-            self._fail(case, [], str(exc), replay=self._call_replay(case))
+            self._fail(case, [], str(exc), replay=self._call_replay(case), symptom="raises")
         aliased = [m for m in mutated if ALIAS in m]
         mutated = [m for m in mutated if ALIAS not in m]
         if mutated:
@@ -321,11 +341,11 @@ class Harness:
         """Differential check of one case against the reference; returns the backend result."""
         expected = self.reference(case)
         self._expected = (case, expected)
+        self._check_kind = ("differential", case)   # before the call: a raise or crash is diagnosed too
         try:
             actual = self.call(case)
         finally:
             self._expected = None
-        self._check_kind = ("differential", case)
         self.expect(case, actual, expected)
         return actual
 
@@ -339,11 +359,12 @@ class Harness:
         backend is not this property's finding (the differential tests report it); only poison that moves
         the result is."""
         hypothesis.assume(bool(case.poison_names()))   # a case without don't-care locations tests nothing
+        self._check_kind = ("differential", case)
         clean_actual = self.call(case)
         poisoned = case.with_poison(names)
         expected = poison_expectation(self.reference(case), self.reference(poisoned), clean_actual)
-        actual = self.call(poisoned)
         self._check_kind = ("poison", case, clean_actual)
+        actual = self.call(poisoned)
         self.expect(poisoned, actual, expected, what="result of the same case without poison (poison in "
                                                      "don't-care locations changed it)")
 
@@ -352,41 +373,63 @@ class Harness:
         shapes, other values: a backend that caches by shape or address returns `case`'s answer), then
         `case` again, which must give the first answer (a backend carrying state between calls does not).
         """
+        self._check_kind = ("differential", case)
         first = self.call(case)
         expected_other = self.reference(other)
         self._before = [case]
         try:
-            between = self.call(other)
             self._check_kind = ("history", other)
+            between = self.call(other)
             self.expect(other, between, expected_other,
                         what="reference for a case of the same shapes as the previous call (a result that "
                              "depends on call history: cached by shape or address?)")
             self._before = [case, other]
-            again = self.call(case)
             self._check_kind = ("history", case)
+            again = self.call(case)
             self.expect(case, again, first, what="result of the identical earlier call (results must not depend "
                                                  "on call history)")
         finally:
             self._before = []
 
     # --- diagnosis ------------------------------------------------------------------------------
-    def _attach_diagnosis(self, exc: BaseException) -> None:
-        """After Hypothesis has shrunk a failure, re-run the minimal case with variations (diagnosis.py)
-        and append what they show to the failure; never changes the verdict."""
-        if self.failure is None or self._check_kind is None:
+    def diagnose_failure(self, exc: BaseException) -> None:
+        """Once the test body has raised (after Hypothesis shrank the failure; a golden's single call),
+        re-run the failing case with variations (diagnosis.py) and append what they show to the failure's
+        message; never changes the verdict. Symptoms: a wrong result (`fail`), a call that raised
+        (`raises`), a crashed or hung worker (`crash`, the case of the call that crashed). An errors-layer
+        case (malformed on purpose) and a test not run are not diagnosed; a hang is not re-run."""
+        if self.not_run or self.unclaimed:
             return
+        if isinstance(exc, BackendCrash):
+            symptom, case = "crash", self.last_case
+        elif isinstance(exc, (ConformanceFailure, *_GROUPS)) and self.failure is not None:
+            symptom, case = self.failure.get("symptom", "fail"), self.failure["case"]
+        else:
+            return
+        if case is None or case.rejection is not None:
+            return
+        kind = self._check_kind or ("differential", case)   # a golden: the reference equals its hand-worked value
         from .diagnosis import diagnose
         try:
-            found = diagnose(self, self._check_kind)
+            if symptom == "crash" and str(exc).startswith("hang"):
+                found = {"summary": f"not diagnosed: it hung, and each variation could cost the "
+                                    f"{self.call_timeout:g} s call timeout again", "variations": []}
+            else:
+                found = diagnose(self, kind, symptom)
         except BaseException as err:  # a crash while diagnosing must not lose the failure itself
             found = {"summary": f"diagnosis not available ({type(err).__name__}: {str(err)[:200]})",
                      "variations": []}
         if not found:
             return
         found["summary"] = backend_text.visible(found["summary"])
+        line = "\n  diagnosis: " + found["summary"]
+        if symptom == "crash":
+            self.crash_diagnosis = found
+            exc.args = (f"{exc}{line}",)
+            return
         self.failure["diagnosis"] = found
-        self.failure["message"] += "\n  diagnosis: " + found["summary"]
-        self.failure["full_message"] += "\n  diagnosis: " + found["summary"]
+        self.failure["message"] += line
+        self.failure["full_message"] += line
         if isinstance(exc, ConformanceFailure):
             exc.args = (self.failure["message"],)
 
@@ -443,14 +486,14 @@ class Harness:
             results = compare_outputs(case, expected, actual, exact=exact, checks=checks)
         worst = 0.0
         for res in results:
-            slot = self.metrics.setdefault(res.name, {"max_abs": 0.0, "max_ulp": None, "headroom": 0.0})
+            slot = self.metrics.setdefault(res.name, {"max_abs": 0.0, "max_ulp": None, "error_ratio": 0.0})
             slot["max_abs"] = max(slot["max_abs"], res.max_abs)
-            slot["headroom"] = max(slot["headroom"], res.headroom)
+            slot["error_ratio"] = max(slot["error_ratio"], res.error_ratio)
             if res.max_ulp is not None:
                 slot["max_ulp"] = max(slot["max_ulp"] or 0.0, res.max_ulp)
-            worst = max(worst, res.headroom)
-        # for_all steers Hypothesis (profile.target) towards the worst headroom of each example
-        self._example_headroom = max(worst, self._example_headroom or 0.0)
+            worst = max(worst, res.error_ratio)
+        # for_all steers Hypothesis (profile.target) towards the worst error / allowed of each example
+        self._example_error = max(worst, self._example_error or 0.0)
         bad = [r for r in results if not r.ok]
         if bad:
             def fails(result) -> bool:
@@ -466,14 +509,15 @@ class Harness:
                 self.dtypes_seen.add(f"{key}={case.params[key]}")
 
     def _fail(self, case: Case, fields: list[FieldResult], headline: str, traceback: str = "",
-              detail: Iterable[str] = (), replay: Replay | None = None):
+              detail: Iterable[str] = (), replay: Replay | None = None, symptom: str = "fail"):
         """Record the failure of `case` and raise it: headline, `detail` lines (where a backend exception
         was raised), per-field metrics, case, expectation, tolerance, replay line; `traceback` (a backend
         exception's, whole) goes to the record apart from the message; `replay`: how to repeat the failing
-        call (flaky.py). Text from the backend is bounded and its control characters escaped
-        (backend_text.py): the message keeps its head and tail, the whole text is `full_message`, which
-        the plugin writes to the reproducer's failure.txt, with the traceback and what the backend printed
-        during the failing call (`output`)."""
+        call (flaky.py); `symptom`: "raises" when the backend's call raised (the diagnosis words it so).
+        Text from the backend is bounded and its control characters escaped (backend_text.py): the message
+        keeps its head and tail, the whole text is `full_message`, which the plugin writes to the
+        reproducer's failure.txt, with the traceback and what the backend printed during the failing call
+        (`output`)."""
         lines = [f"[{case.op}] clauses {', '.join(self.clauses) or '-'}: {self.backend_name} {headline}"]
         lines += [f"  {line}" for line in detail if line]
         lines += [f"  {r.summary()}" for r in fields]
@@ -493,7 +537,7 @@ class Harness:
         if self.failure is not None and self.failure.get("output") is not None:
             self.failure["output"].discard()   # an earlier failure's (Hypothesis shrinks through several)
         self.failure = {"case": case, "message": message, "full_message": full, "fields": [r.to_json() for r in fields],
-                        "traceback": traceback, "before": list(self._before), "replay": replay,
+                        "traceback": traceback, "before": list(self._before), "replay": replay, "symptom": symptom,
                         "output": self.worker.output() if hasattr(self.worker, "output") else None}
         raise ConformanceFailure(message)
 
@@ -503,7 +547,7 @@ class Harness:
 
     def record(self) -> dict:
         duration = time.monotonic() - self.started
-        headroom = max((m["headroom"] for m in self.metrics.values()), default=None)
+        error_ratio = max((m["error_ratio"] for m in self.metrics.values()), default=None)
         return {
             "backend": self.backend_name,
             "backend_spec": self.backend_spec,
@@ -515,7 +559,7 @@ class Harness:
             "examples": self.examples,
             "rejections": self.rejections,
             "metrics": self.metrics,
-            "headroom": headroom,
+            "error_ratio": error_ratio,     # worst error / allowed error (<= 1 passes)
             "dtypes": sorted(self.dtypes_seen),
             "unclaimed": self.unclaimed,
             "duration": round(duration, 3),
@@ -565,3 +609,4 @@ def _bit_changes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def checks_tolerance_reason(case: Case, fields: list[FieldResult]) -> str:
     return "; ".join(f"{r.name}: {r.tolerance.get('reason') or r.kind}" for r in fields)
+

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import zlib
 from pathlib import Path
 
 import pytest
 
-from . import artifacts, backend_text, expectations, flaky, gate, interrupt, loading, outdir, profiles
+from . import artifacts, backend_text, expectations, flaky, gate, interrupt, loading, outdir, profiles, progress
 from .harness import ConformanceFailure, Harness
 from .rejection import InvalidErrorCase
 from .worker import BackendCrash, EngineError
 
-FINAL = {"pass", "fail", "crash", "flaky", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error"}
+FINAL = {"pass", "fail", "crash", "flaky", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error",
+         "not run"}
 
 
 def pytest_addoption(parser):
@@ -41,12 +43,18 @@ def pytest_addoption(parser):
     g.addoption("--kvc-expectations", action="append", default=[], metavar="TOML")
     g.addoption("--kvc-timeout", type=profiles.timeout_seconds, default=None,
                 help="seconds per backend call, > 0 (default: profile)")
+    g.addoption("--kvc-shrink-seconds", type=profiles.timeout_seconds, default=None,
+                help="seconds of shrinking per test, > 0, after which the smallest counterexample so far is "
+                     "kept (default: profile)")
     g.addoption("--kvc-run-unclaimed", action="store_true",
                 help="also run cases outside the claims (pass -> unclaimed-pass, fail -> unsupported)")
     g.addoption("--kvc-isolation", choices=("subprocess", "none"), default="subprocess")
     g.addoption("--kvc-max-crashes", type=int, default=None, metavar="N",
                 help="after N crashes or hangs in a row of one backend's op, record its remaining tests as "
-                     "crash without running them (default 3; 0: never; counted per pytest process)")
+                     "`not run` (default 3; 0: never; counted per pytest process)")
+    g.addoption("--kvc-progress", action="store_true",
+                help="print where the run stands: one updating line on a terminal, one line per backend x op "
+                     "otherwise (conformance/progress.py)")
 
 
 class RunState:
@@ -61,6 +69,7 @@ class RunState:
         self.profile = profiles.get(options["profile"])
         self.ops = options["ops"]
         self.timeout = options["timeout"]
+        self.shrink_seconds = opt("kvc_shrink_seconds")   # None: the profile's
         self.run_unclaimed = options["run_unclaimed"]
         self.max_crashes = options["max_crashes"]
         self.shard = _parse_shard(opt("kvc_shard"))
@@ -74,6 +83,8 @@ class RunState:
         self.run: dict = {}
         self.recorded = 0          # result lines written by this session
         self.cut_short = False     # a result line could not be written: the run stops
+        self.progress = None       # progress.Progress of the controller under --kvc-progress, once planned
+        self.started = time.monotonic()
         self.loaded: dict[str, loading.Loaded] = {}
         # The gate (gate.py) judges a session that names a backend or an output folder: it loads every
         # backend before collection (controller), leaves out the tests of those that cannot be checked,
@@ -311,15 +322,13 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    ids = sorted((_backend_id(b) for b in config._kvconform.backends), key=len, reverse=True)
+    specs = sorted(config._kvconform.backends, key=lambda b: len(_backend_id(b)), reverse=True)
 
     class ModuleBackendScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module, _, name = nodeid.partition("::")
-            params = name[name.find("[") + 1:] if "[" in name else ""
-            backend = next((b for b in ids if params.startswith(b) and params[len(b):len(b) + 1] in ("-", "]")),
-                           "")
-            return f"{module}@{backend}"
+            module = nodeid.partition("::")[0]
+            backend = _backend_in_id(nodeid, specs)
+            return f"{module}@{_backend_id(backend) if backend else ''}"
 
     return ModuleBackendScheduling(config, log)
 
@@ -359,6 +368,7 @@ def pytest_collection_modifyitems(session, config, items):
             match = expectations.first_match(state.expectations, item.nodeid, names)
             if match is not None:
                 item.add_marker(pytest.mark.xfail(reason=match.reason, strict=match.strict))
+                item._kvc_expectation = match
     state.selected, state.suite_ops = selected, suite_ops
     if hasattr(config, "workeroutput"):   # pytest-xdist worker: the controller's gate needs the counts
         config.workeroutput["kvc_selected"] = selected
@@ -366,8 +376,59 @@ def pytest_collection_modifyitems(session, config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if state.controller and conformance:
+        _plan_progress(config, {item.nodeid: (_backend_spec(item), item.get_closest_marker("kvconform").kwargs["op"])
+                                for item in keep if item.get_closest_marker("kvconform") is not None})
     if conformance:   # before any test draws a case, in every process that collected conformance tests
         profiles.ignore_source_constants()
+
+
+def _backend_spec(item) -> str:
+    return item.callspec.params.get("kvc_backend", "?") if hasattr(item, "callspec") else "?"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under `--jobs N` the controller learns the test ids from the first worker's collection (every
+    worker collects the same tests): the totals of --kvc-progress."""
+    config = node.config
+    state = getattr(config, "_kvconform", None)
+    if state is None or state.progress is not None or not config.getoption("kvc_progress"):
+        return
+    ops = progress.ops_of_ids(ids, Path(str(config.rootpath)))
+    specs = sorted(state.backends, key=lambda b: len(_backend_id(b)), reverse=True)
+    _plan_progress(config, {i: (_backend_in_id(i, specs), op) for i, op in ops.items()})
+
+
+def _backend_in_id(nodeid: str, specs: list[str]) -> str:
+    """The backend spec a suite test id is parametrized with (`test_x[numpy-...]`); "" if none."""
+    name = nodeid.partition("::")[2]
+    params = name[name.find("[") + 1:] if "[" in name else ""
+    return next((b for b in specs if params.startswith(_backend_id(b))
+                 and params[len(_backend_id(b)):len(_backend_id(b)) + 1] in ("-", "]")), "")
+
+
+def _plan_progress(config, groups: dict) -> None:
+    state = config._kvconform
+    if not config.getoption("kvc_progress") or state.progress is not None:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    tty = bool(getattr(reporter, "isatty", False))
+    state.progress = progress.Progress(lambda text: reporter._tw.write(text, flush=True), tty=tty,
+                                       start=state.started)
+    state.progress.plan(groups)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_report_teststatus(report, config):
+    """Under --kvc-progress the progress line replaces pytest's one letter per test (which would break it
+    up on a terminal and say less in a log)."""
+    outcome = yield
+    result = outcome.get_result()
+    if config.getoption("kvc_progress", False) and isinstance(result, tuple) and len(result) == 3 and result[1]:
+        outcome.force_result((result[0], "", result[2]))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -415,7 +476,8 @@ def kvc(request, kvc_backend):
     worker, description = state.worker(kvc_backend)
     harness = Harness(backend_spec=kvc_backend, worker=worker, description=description,
                       profile=state.profile, out_dir=state.out or Path(".kvconform"), node=request.node,
-                      run_unclaimed=state.run_unclaimed, call_timeout=state.timeout)
+                      run_unclaimed=state.run_unclaimed, call_timeout=state.timeout,
+                      shrink_seconds=state.shrink_seconds)
     request.node._kvc_harness = harness
     if description.get("load_error") or description.get("claims_error"):
         # loaded by the controller but not by this process, or a session without the gate: an error of
@@ -426,10 +488,23 @@ def kvc(request, kvc_backend):
     streak = state.crash_streak.get((kvc_backend, harness.op), 0)
     if state.max_crashes and streak >= state.max_crashes:
         # a hanging kernel would otherwise cost the call timeout on every remaining test of the op; the
-        # harness raises BackendCrash at the test's first claim or call (a fixture must not raise it)
+        # harness skips the test as `not run` at its first claim or call (the crashes fail the run)
         harness.not_run = (f"{NOT_RUN}{harness.op} crashed {streak} times in a row "
                            f"(--max-crashes {state.max_crashes})")
     return harness
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test body that raised (after Hypothesis's shrinking, if any) gets its failure diagnosed before
+    pytest reports it, so that the diagnosis is part of the exception's message (harness.diagnose_failure)."""
+    try:
+        return (yield)
+    except BaseException as exc:   # a crash is a BaseException (worker.BackendCrash); the harness picks
+        harness = getattr(item, "_kvc_harness", None)
+        if harness is not None:
+            harness.diagnose_failure(exc)
+        raise
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -444,10 +519,13 @@ def pytest_runtest_makereport(item, call):
     rate = None
     if status in ("fail", "flaky"):
         status, message, rate = _replayed(status, message, harness, call)
-    _count_crash(state, harness, status, message)
     failure = harness.failure
+    if status == "xfail":
+        status, message = _known_failure(item, failure, message)
+    _count_crash(state, harness, status, message)
     if status == "crash" and failure is None and harness.last_case is not None:
-        failure = {"case": harness.last_case, "message": message, "full_message": message, "fields": []}
+        failure = {"case": harness.last_case, "message": message, "full_message": message, "fields": [],
+                   "diagnosis": harness.crash_diagnosis}
     if status == "crash" and failure is not None:   # what the backend printed in the call that crashed
         failure["output"] = getattr(harness.worker, "crash_output", None)
         harness.worker.crash_output = None
@@ -528,14 +606,24 @@ def _count_crash(state, harness, status: str, message: str) -> None:
     """Crashes in a row per (backend, op): a crash adds one, a test that ran the backend to an answer
     resets it (unsupported and skipped tests never called it)."""
     key = (harness.backend_spec, harness.op)
-    if status == "crash" and NOT_RUN not in message:
+    if status == "crash":
         state.crash_streak[key] = state.crash_streak.get(key, 0) + 1
     elif status in ("pass", "fail", "flaky", "xfail", "xpass", "unclaimed-pass"):
         state.crash_streak[key] = 0
 
 
-#: marks a crash record of a test that was not run because its op kept crashing
+#: starts the reason of a test that was not run because its op kept crashing (status `not run`)
 NOT_RUN = "not run: "
+
+
+def _known_failure(item, failure, message) -> tuple[str, str]:
+    """An expected failure stays `xfail` only if it is the known one: an entry that names a diagnosis covers
+    only failures diagnosed so (expectations.Expectation.covers); any other failure is a plain `fail`."""
+    match = getattr(item, "_kvc_expectation", None)
+    if match is None or match.covers(failure and failure.get("diagnosis")):
+        return "xfail", message
+    return "fail", (f"{message} [not the known failure of the expectations entry '{match.test}': its "
+                    f"diagnosis is not '{match.diagnosis}']")
 
 
 def _variant(item) -> str:
@@ -560,6 +648,8 @@ def _status(rep, call, harness) -> tuple[str, str]:
     if rep.skipped:
         if hasattr(rep, "wasxfail"):
             return "xfail", _exc_text(call, harness)
+        if text.startswith(NOT_RUN):
+            return "not run", f"[{harness.op}] {text}"
         return ("unsupported" if text.startswith("unsupported") else "skip"), text
     if call.excinfo is not None and call.excinfo.errisinstance(BackendCrash):
         return "crash", f"[{harness.op}] crash: {call.excinfo.value}"
@@ -605,6 +695,10 @@ def pytest_runtest_logreport(report):
         state.records.append(json.loads(value))
         if state.out is not None:
             state.record(value, _CONFIG.get("session"))
+            if state.progress is not None:
+                record = json.loads(value)
+                state.progress.result(report.nodeid, record.get("status", ""), record.get("backend", "?"),
+                                      record.get("op", "?"))
 
 
 def pytest_collectreport(report):
@@ -634,6 +728,8 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     state = session.config._kvconform
+    if state.progress is not None:
+        state.progress.close()
     if not state.controller:
         return
     from .report import build

@@ -1,14 +1,14 @@
 """Run profiles: Hypothesis settings plus the engine's own knobs (per-call timeout, targeting).
 
-| profile  | examples/test | derandomize | database          | use                                  |
-|----------|---------------|-------------|-------------------|--------------------------------------|
-| quick    | 8             | no          | none              | local runs, `kvconform run` default  |
-| ci       | 25            | yes         | none              | the CI gate: same cases every run    |
-| thorough | 250           | no          | <out>/hypothesis-db (shared) | long runs; `target(headroom)` |
-| repro    | 1             | yes         | none              | re-run one example, verbose          |
-| scale    | 1 (fixed cases) | yes       | none              | GPU limits: `scale_suite/`, native backends only |
-| scale-smoke | 1 (fixed cases) | yes    | none              | the scale tests at small sizes, anywhere |
-| models   | 1 (fixed cases) | yes       | none              | real models' shapes and batches: `models_suite/` |
+| profile  | examples/test | derandomize | database          | shrink budget | use                         |
+|----------|---------------|-------------|-------------------|---------------|-----------------------------|
+| quick    | 8             | no          | none              | 30 s          | local runs, `kvconform run` default |
+| ci       | 25            | yes         | none              | 60 s          | the CI gate: same cases every run |
+| thorough | 250           | no          | <out>/hypothesis-db (shared) | 300 s | long runs; `target(error / allowed)` |
+| repro    | 1             | yes         | none              | no shrinking  | re-run one example, verbose |
+| scale    | 1 (fixed cases) | yes       | none              | no shrinking  | GPU limits: `scale_suite/`, native backends only |
+| scale-smoke | 1 (fixed cases) | yes    | none              | no shrinking  | the scale tests at small sizes, anywhere |
+| models   | 1 (fixed cases) | yes       | none              | no shrinking  | real models' shapes and batches: `models_suite/` |
 
 `scale` runs `conformance/scale_suite/` (not the regular suite): pools past 2**31 elements, 128k-token
 sequences, 256-row decode batches, more than 65535 rows (conformance/scale.py; judged by sampling,
@@ -26,6 +26,22 @@ the numpy backend, docs/performance.md).
 No profile has a deadline: the first call of a JIT backend compiles (seconds), which a deadline would
 report as a flaky failure; hangs are caught by the worker timeout instead. A test may scale its example
 count with a `budget` factor (a state machine step costs more than a differential example).
+
+**Shrink budget.** Shrinking a failure calls the backend once per attempt, hundreds of times: against a
+slow backend it took 320 s for one test and 17 minutes for one run (issue 31). `shrink_seconds` caps the
+shrinking of each test (every failure Hypothesis shrinks in it, together); once it is spent, the smallest
+failing example found so far is the counterexample, replayed and diagnosed as usual, and the failure
+message says `shrinking stopped at its 60 s budget`. `--kvc-shrink-seconds S` (or `kvconform run ... --
+--kvc-shrink-seconds S`) overrides it for one invocation. The mechanism (`ShrinkBudget`): Hypothesis
+6.170 has no shrink-time setting, but its engine stops shrinking once `engine.MAX_SHRINKING_SECONDS`
+(300 s by default, documented there as monkeypatchable) have passed since shrinking began
+(hypothesis/internal/conjecture/engine.py:95, deadline set at :1697, checked after every test call at
+:767-781) and then reports its best failing example, exactly as when shrinking ends normally. The
+budget sets that module constant around each test's run (one test at a time per process), swallows the
+warning Hypothesis prints then (it says "five minutes"), and learns that the budget ran out from the
+engine's statistics (`stopped-because`, through `hypothesis.statistics.collector`). The deadline is
+checked after each call, so one slow call can overrun it by its own length; the final replay, the
+diagnosis and the flaky replays come after it.
 """
 from __future__ import annotations
 
@@ -48,6 +64,7 @@ class Profile:
     suite: str = "suite"          # the test package under conformance/ that the profile runs
     native_only: bool = False     # refuse backends that do not run natively on an accelerator
     ops: tuple[str, ...] = ()     # the ops its suite checks (the NOT CHECKED gate); () = every op
+    shrink_seconds: float = 60.0  # shrinking budget of one test (see "Shrink budget" above)
 
 
 #: the ops conformance/scale_suite/ checks
@@ -61,9 +78,12 @@ MODELS_OPS = ("ragged_paged_attention", "write_kv", "mla_paged_attention", "gate
               "rwkv6_wkv")
 
 PROFILES = {
-    "quick": Profile("quick", 8, derandomize=False, use_database=False, target=False, call_timeout=120.0),
-    "ci": Profile("ci", 25, derandomize=True, use_database=False, target=False, call_timeout=300.0),
-    "thorough": Profile("thorough", 250, derandomize=False, use_database=True, target=True, call_timeout=300.0),
+    "quick": Profile("quick", 8, derandomize=False, use_database=False, target=False, call_timeout=120.0,
+                     shrink_seconds=30.0),
+    "ci": Profile("ci", 25, derandomize=True, use_database=False, target=False, call_timeout=300.0,
+                  shrink_seconds=60.0),
+    "thorough": Profile("thorough", 250, derandomize=False, use_database=True, target=True, call_timeout=300.0,
+                        shrink_seconds=300.0),
     "repro": Profile("repro", 1, derandomize=True, use_database=False, target=False, call_timeout=600.0,
                      verbose=True, shrink=False),
     "scale": Profile("scale", 1, derandomize=True, use_database=False, target=False, call_timeout=1800.0,
@@ -155,3 +175,57 @@ def ignore_source_constants() -> None:
     if cache is not None:   # pools this thread already built with local constants in them
         cache.cache.clear()
     providers._kvconform_no_local_constants = True
+
+
+class ShrinkBudget:
+    """Caps Hypothesis's shrinking of one test at `seconds` (module docstring, "Shrink budget"):
+    `with ShrinkBudget(60) as budget: run()`, then `budget.stopped` says whether the cap ended it.
+
+    Sets hypothesis.internal.conjecture.engine.MAX_SHRINKING_SECONDS for the block (restored after),
+    keeps Hypothesis's own warning for that case off the reporter, and reads the engine's statistics
+    (`stopped-because`) through hypothesis.statistics.collector, passing them on to any outer collector."""
+
+    #: the engine's reason when its shrink deadline passed (engine.py ExitReason.very_slow_shrinking)
+    STOPPED = "shrinking was very slow"
+    #: the start of the warning the engine reports then (engine.py:773)
+    WARNING = "WARNING: Hypothesis has spent more than"
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+        self.stopped = False
+        self._stack = None
+
+    def __enter__(self) -> "ShrinkBudget":
+        import contextlib
+        from hypothesis.internal.conjecture import engine
+        from hypothesis.reporting import current_reporter, with_reporter
+        from hypothesis.statistics import collector
+        self._saved = engine.MAX_SHRINKING_SECONDS
+        engine.MAX_SHRINKING_SECONDS = self.seconds
+        outer_report, outer_collect = current_reporter(), collector.value
+
+        def report(text) -> None:
+            if not (isinstance(text, str) and text.startswith(self.WARNING)):
+                outer_report(text)
+
+        def collect(stats) -> None:
+            if stats.get("stopped-because") == self.STOPPED:
+                self.stopped = True
+            if outer_collect is not None:
+                outer_collect(stats)
+
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(with_reporter(report))
+        self._stack.enter_context(collector.with_value(collect))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from hypothesis.internal.conjecture import engine
+        engine.MAX_SHRINKING_SECONDS = self._saved
+        self._stack.close()
+
+    def note(self, profile_name: str) -> str:
+        """The failure message's line when the budget ended shrinking."""
+        return (f"shrinking stopped at its {self.seconds:g} s budget (profile {profile_name}): the smallest "
+                f"counterexample found by then")
+

@@ -87,7 +87,8 @@ def quantize(x: np.ndarray, scale, dtype) -> np.ndarray:
     """
     dt = np.dtype(dtype)
     divisor = as_scale("scale", scale) if np.ndim(scale) == 0 else np.asarray(scale, dtype=np.float32)
-    q = np.asarray(x).astype(np.float32) / divisor
+    with np.errstate(over="ignore"):   # a quotient past the float32 range is +-inf, then saturated below
+        q = np.asarray(x).astype(np.float32) / divisor
     if np.issubdtype(dt, np.integer):
         if np.isnan(q).any():
             raise ValueError("cannot quantize NaN to int8")

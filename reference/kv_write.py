@@ -1,7 +1,9 @@
 """Scatter new keys and values into the paged KV cache (spec/paged_attention.md, PA-40 .. PA-46).
 
 Token t of the call goes to page ``slot_mapping[t] // page_size``, offset ``slot_mapping[t] % page_size``;
-a negative slot skips the token (a padding token). Stored values are rounded exactly as pinned in
+a negative slot skips the token (a padding token). ``k`` and ``v`` may hold more rows than ``slot_mapping``
+(serving stacks pad them for captured graphs): the slot mapping's length is the number of tokens, the rows
+past it are never read (PA-50). Stored values are rounded exactly as pinned in
 `dtypes`: quantized pages use `dtypes.quantize` at the given scale, float pages a single
 round-to-nearest-even conversion of the float32 value. Nothing else in the pool changes.
 """
@@ -13,7 +15,7 @@ import numpy as np
 
 from . import dtypes
 from .page_pools import kv_pools, kv_scale
-from .validation import check_index_range, check_shape, check_unique, float_input, int_input, require
+from .validation import check_index_range, check_unique, float_array, float_input, int_input, require
 
 __all__ = ["KVPages", "WriteKVCall", "validate_write_kv", "write_kv"]
 
@@ -28,7 +30,7 @@ class WriteKVCall(NamedTuple):
     """The arguments of one ``write_kv`` call after validation (PA-46).
 
     k_pages, v_pages: [P, page_size, Hkv, D] in the storage dtype, the caller's arrays (not copied)
-    k, v:             float64[N, Hkv, D]  exact upcasts of the new tokens
+    k, v:             float64[N, Hkv, D]  exact upcasts of the new tokens (the first N rows, PA-50)
     slot_mapping:     int64[N]; s >= 0 is page s // page_size, offset s % page_size; s < 0 skips (PA-41)
     written:          int64[W]  the tokens t with slot_mapping[t] >= 0, ascending (PA-41)
     k_scale, v_scale: np.float32 > 0 for quantized pages, else None (PA-44)
@@ -47,7 +49,8 @@ def write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None
     """Return copies of the pools with token t of k/v stored at slot slot_mapping[t] (PA-40 .. PA-46).
 
     k_pages, v_pages: [P, page_size, Hkv, D] float, float8_e4m3fn, float8_e5m2 or int8 (same shape, dtype)
-    k, v:             [N, Hkv, D] float (any float dtype)
+    k, v:             [N_k, Hkv, D] float (any float dtype), the same N_k >= N: rows t >= N are padding,
+                      never read (PA-50)
     slot_mapping:     int[N]; slot s >= 0 is page s // page_size, offset s % page_size; s < 0 skips
                       the token (PA-41); non-negative slots must be < P * page_size and distinct (PA-42)
     k_scale, v_scale: float32 > 0, required for quantized pages and only for them (PA-44); a scalar,
@@ -75,10 +78,13 @@ def validate_write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_s
     require(page_size >= 1, f"k_pages must have page_size >= 1, got shape {tuple(k_pages.shape)}")
     slots = int_input("slot_mapping", slot_mapping, 1, "[N]")
     N = slots.shape[0]
-    k = float_input("k", k, 3, "[N, Hkv, D]")
-    check_shape("k", k, (N, Hkv, D), "[N, Hkv, D]")
-    v = float_input("v", v, 3, "[N, Hkv, D]")
-    check_shape("v", v, (N, Hkv, D), "[N, Hkv, D]")
+    # PA-50: k and v may carry padding rows past the slot mapping's N tokens; only the first N are read
+    k = _token_rows("k", k, N, Hkv, D)
+    v = _token_rows("v", v, N, Hkv, D)
+    require(np.shape(v)[0] == np.shape(k)[0],
+            f"v must have the rows of k (k and v are padded together, PA-50): k has {np.shape(k)[0]}, "
+            f"v has {np.shape(v)[0]}")
+    k, v = float_input("k", k[:N]), float_input("v", v[:N])
     written = np.flatnonzero(slots >= 0)
     check_index_range("slot_mapping", slots[written], 0, P * page_size,
                       f" (slots are page * page_size + offset with P={P}, page_size={page_size})")
@@ -100,6 +106,15 @@ def validate_write_kv(k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_s
                 raise ValueError(f"{name} must not hold NaN in a written token when the pages are int8 "
                                  f"({name}[{written[nan[0][0]]}] has NaN)")
     return WriteKVCall(k_pages, v_pages, k, v, slots, written, k_scale, v_scale)
+
+
+def _token_rows(name: str, x, N: int, Hkv: int, D: int) -> np.ndarray:
+    """`x` [N_k, Hkv, D] with N_k >= N, checked without upcasting its padding rows (PA-46, PA-50)."""
+    arr = float_array(name, x, 3, "[N_k, Hkv, D]")   # dtype and rank rules, naming the argument (no copy)
+    require(arr.shape[1:] == (Hkv, D) and arr.shape[0] >= N,
+            f"{name} must have shape [N_k, Hkv, D] = [>= {N}, {Hkv}, {D}] (at least one row per slot_mapping "
+            f"entry, heads and dims of the pools), got {tuple(arr.shape)}")
+    return arr
 
 
 def _scatter(pages, values, slots, scale) -> np.ndarray:

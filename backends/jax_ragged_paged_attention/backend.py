@@ -12,8 +12,16 @@ Limits of the kernel, each a claim (spec/paged_attention.md clauses in brackets)
 - no sinks, no per-token scores [PA-17, PA-21]; quantized KV is not claimed: its scales are static Python
   floats (one per tensor) and 8-bit pages need an even Hkv, which cannot share one head-count claim with
   Hkv = 1 of the float caches;
-- a batch without any query row (T = 0) reads out of bounds inside the kernel: claimed away with at least
-  one query row per counted sequence (q_len >= 1), the narrowest limit the vocabulary can state;
+- no limit on query rows or keys per sequence: the kernel's own input check allows any `q_len <= kv_len`
+  per sequence, 0 and 0 included (`dynamic_validate_inputs`, kernel.py:206-212), and its reference
+  (`ref_ragged_paged_attention`, kernel.py:73-148) computes such a sequence as an empty slice. What the kernel
+  gets wrong inside that contract is an expected failure, not a claim (ci/expectations/jax_thirdparty.toml:
+  a sequence with no keys followed by another corrupts that one's output);
+- a call whose q has no row at all (T = 0) is not given to the kernel off a TPU: Pallas TPU interpret mode
+  cannot read back a zero-size output ("Out-of-bounds read ... buffer has shape (0, ...)" from `get`,
+  jax/_src/pallas/mosaic/interpret/interpret_pallas_call.py:653-664, in the final read of the outputs at
+  :2488), a bug of the interpreter, not of the kernel, so the adapter returns the empty output itself; on
+  a TPU the kernel is called;
 - block sizes: off a TPU the kernel's tuned table refuses to answer ("TPU version must be 4 or higher"),
   (tuned_block_sizes.py:1456), so the adapter passes `num_queries_per_block` and `num_kv_pages_per_block`
   itself (tuning, not semantics).
@@ -58,8 +66,7 @@ class RaggedPagedAttentionBackend(Backend):
         return {"ragged_paged_attention": OpClaims(
             dtypes=("float32", "bfloat16"), kv_dtypes=("float32",), page_sizes=None, head_dims=None,
             layouts=("combined",), features=("sliding_window", "soft_cap", "gqa"),
-            limits={"head_dim": {"multiple_of": 128}, "num_kv_heads": {"values": list(KV_HEADS)},
-                    "q_len": {"min": 1}})}
+            limits={"head_dim": {"multiple_of": 128}, "num_kv_heads": {"values": list(KV_HEADS)}})}
 
     def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, *,
                                sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
@@ -75,6 +82,8 @@ class RaggedPagedAttentionBackend(Backend):
         kv = (np.asarray(k_pages) if kv_layout == "combined"
               else kv_layouts.combine_kv_heads(call.k_pages, call.v_pages))
         pages_per_seq = call.page_indices.shape[1]
+        if call.q.shape[0] == 0 and runtime.interpret_params() is not None:
+            return np.zeros(call.q.shape, np.asarray(q).dtype)   # the interpreter's zero-size read (above)
         from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ragged_paged_attention
         from ..pallas import interpreter_patches
         interpreter_patches.apply()

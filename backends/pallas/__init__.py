@@ -2,8 +2,9 @@
 
 `make_backend()` returns the adapter. jax is imported only when a kernel runs or availability is asked,
 never by importing this package. Made before jax is imported (as in the suite's worker), it asks XLA for
-`runtime.HOST_DEVICES` CPU devices, so the head-sharded attention runs on CPU too, and for quicker CPU
-compiles of the interpret-mode kernels (`runtime.CPU_COMPILE_FLAGS`).
+`runtime.HOST_DEVICES` CPU devices and a CPU client thread pool larger than that, so the head-sharded
+attention runs on CPU too (2, 4 and 8 shards), and for quicker CPU compiles of the interpret-mode kernels
+(`runtime.CPU_COMPILE_FLAGS`).
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...reference import dtypes as ref_dtypes
+from ...reference import eviction as ref_eviction
 from ...reference import kv_write as ref_kv_write
 from ...reference import mla as ref_mla
 from ...reference import metadata as ref_metadata
@@ -22,6 +24,7 @@ from ...reference.recurrent import selective_state as ref_selective_state
 from ...reference.recurrent import ssd_scan as ref_ssd_scan
 from ..base import Availability, Backend, OpClaims, Unsupported
 from .bucketing import pow2
+from .ragged_rows import NO_WINDOW
 from .tiling import kv_heads_per_block
 from .runtime import interpret_params, jax_status, kernel, release_if_needed, shard_counts
 
@@ -32,6 +35,10 @@ MAX_HEAD_DIM = 256
 #: bucket floors of the page tables, block table or CSR (SMEM words, a few bytes each): every small table
 #: of the ci profile shares one compiled kernel
 MIN_SEQS, MIN_PAGES = 4, 16
+#: bucket floor of the attention KV pool (pages): small pools (a few KiB of HBM per page) share a compiled
+#: kernel; the kernel reads only the pages a page table names, so padding pages cost a copy, no work.
+#: Measured on the ci profile's attention differential tests: 143 -> 124 distinct kernels with floor 32.
+MIN_POOL_PAGES = 32
 
 
 class PallasBackend(Backend):
@@ -51,22 +58,29 @@ class PallasBackend(Backend):
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 layouts=("combined",),
                 features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
-                          "per_head_scales") + sharding[0],
+                          "per_head_scales", "per_token_scales") + sharding[0],
                 limits={"max_head_dim": MAX_HEAD_DIM, **sharding[1]}),
             # MD-23: the block-table kernel reading the CSR arrays; no per-token scores in MD-23
             "ragged_paged_attention_csr": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
-                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "gqa", "per_head_scales"),
+                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "gqa", "per_head_scales",
+                          "per_token_scales"),
                 limits={"max_head_dim": MAX_HEAD_DIM}),
             "slot_mapping_from_arena": OpClaims(dtypes=("int32",), kv_dtypes=("uint8",)),
             "append_slot_mapping": OpClaims(dtypes=("int32",), kv_dtypes=("int32",)),
+            # float64 k/v too: PA-43/PA-44 round them to float32 first (fl32(x)), the step a TPU transfer of a
+            # float64 array takes anyway (jax without x64), so the kernel receives exactly fl32(x)
             "write_kv": OpClaims(
-                dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
+                dtypes=FLOAT_ACTIVATIONS + ("float64",), kv_dtypes=FLOAT_KV + QUANT_KV, page_sizes=None, head_dims=None,
                 features=("quantized_kv", "per_head_scales", "per_token_scales")),
-            # absorbed MLA (ML-*): a decode kernel, one grid step per sequence with all heads
+            # absorbed MLA (ML-*): blocks of ragged query rows (decode and prefill) with all heads
             "mla_paged_attention": OpClaims(
                 dtypes=FLOAT_ACTIVATIONS, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
-                features=("sliding_window", "soft_cap", "sinks"), limits={"q_len": {"values": [0, 1]}}),
+                features=("sliding_window", "soft_cap", "sinks")),
+            # eviction (EV-*): float64 state as 32-bit word pairs, exact float64 arithmetic in integer ops; any
+            # float acc / step_scores dtype is upcast exactly to float64 first (NU-EV2's bit-exact class)
+            "accumulate_scores": OpClaims(dtypes=ref_dtypes.FLOAT_DTYPE_NAMES),
+            "plan_eviction": OpClaims(dtypes=ref_dtypes.FLOAT_DTYPE_NAMES, page_sizes=None),
             "rotate_keys": OpClaims(
                 dtypes=FLOAT_KV, kv_dtypes=FLOAT_KV, page_sizes=None, head_dims=None,
                 layouts=("half", "interleaved"),
@@ -117,8 +131,8 @@ class PallasBackend(Backend):
             raise Unsupported(f"num_shards={call.num_shards}: this process has devices for shard counts "
                               f"{list(shard_counts())} only (CPU devices are set before jax is imported)")
         T, D = np.shape(q)[0], np.shape(q)[2]
-        q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, kv_layout, return_scores,
-                                                                min_seqs=MIN_SEQS)
+        q_k, kv_k, scales, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, kv_layout, return_scores,
+                                                                        min_seqs=MIN_SEQS)
         page_size = call.k_pages.shape[1]
         S, pps = call.page_indices.shape
         s_pad, pps_pad = cu.shape[0] - 1, pow2(pps, MIN_PAGES)
@@ -127,10 +141,10 @@ class PallasBackend(Backend):
         if call.num_shards > 1:
             from .sharding import sharded_attention
             release_if_needed()
-            result = sharded_attention(*args, num_shards=call.num_shards, pages_per_seq=pps_pad, cfg=cfg,
+            result = sharded_attention(*args, scales, num_shards=call.num_shards, pages_per_seq=pps_pad, cfg=cfg,
                                        interpret=interpret_params())
         else:
-            result = kernel("attention")(*args, pages_per_seq=pps_pad, cfg=cfg, interpret=interpret_params())
+            result = kernel("attention")(*args, scales, pages_per_seq=pps_pad, cfg=cfg, interpret=interpret_params())
         out = np.asarray(result[0])[:T, :, :D]
         if not return_scores:
             return out
@@ -139,20 +153,17 @@ class PallasBackend(Backend):
 
     def mla_paged_attention(self, q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
                             *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None):
-        """Same contract as reference.mla_paged_attention for decode batches (q_len 0 or 1, the claim);
-        out is float32. The kernel takes each decode row and one pool of [c_kv | k_pe] pages, lanes padded."""
+        """Same contract as reference.mla_paged_attention, decode rows and prefill chunks alike; out is
+        float32. The kernel takes every query row as [q_nope | q_pe] and one pool of [c_kv | k_pe] pages,
+        lanes padded (mla.py)."""
         call = ref_mla.validate_mla_paged_attention(q_nope, q_pe, c_kv_pages, k_pe_pages, kv_lens, page_indices,
                                                     cu_q_lens, num_seqs, sm_scale=sm_scale,
                                                     sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks)
-        from .mla import LANES
+        from .mla import LANES, MLA_BLOCK_Q
         a, n = call.attention, call.attention.num_seqs
-        q_lens = np.diff(a.cu_q_lens[:n + 1])
-        if (q_lens > 1).any():
-            raise Unsupported("the Pallas MLA kernel is decode-only (claims q_len in {0, 1}), got q_len "
-                              f"{int(q_lens.max())}")
         T, H, d_c = np.shape(q_nope)
         D = d_c + np.shape(q_pe)[2]
-        Dp, h_pad = -(-D // LANES) * LANES, pow2(H, 8)
+        Dp, h_pad, t_pad = -(-D // LANES) * LANES, pow2(H, 8), pow2(T, MLA_BLOCK_Q)
         P, page_size, _ = np.shape(c_kv_pages)
         S, pps = a.page_indices.shape
         s_pad, pps_pad = pow2(S, MIN_SEQS), pow2(pps, MIN_PAGES)
@@ -160,24 +171,19 @@ class PallasBackend(Backend):
         pool_dtype = c.dtype if c.dtype == r.dtype else np.float32     # one pool holds both parts
         pages = np.zeros((pow2(P, 32), page_size, Dp), pool_dtype)
         pages[:P, :, :d_c], pages[:P, :, d_c:D] = c, r
-        rows = np.zeros((s_pad, h_pad, Dp), np.float32)                # exact upcast of both query parts
+        rows = np.zeros((t_pad, h_pad, Dp), np.float32)                # exact upcast of both query parts
+        rows[:T, :H, :D] = a.q
         lens, table = _used_pages(a, s_pad, pps_pad, page_size)     # ML-7 is PA-24's rule
-        q_len_arr = np.zeros(s_pad, np.int32)
-        q_len_arr[:n] = q_lens
-        decode = [i for i in range(n) if q_lens[i] == 1]
-        for i in decode:
-            rows[i, :H, :D] = a.q[a.cu_q_lens[i]]
+        cu = np.full(s_pad + 1, int(a.cu_q_lens[n]), np.int32)        # padding sequences own no row
+        cu[:n + 1] = a.cu_q_lens[:n + 1]
         fparams = np.full(2 + h_pad, -np.inf, np.float32)   # no sink: -inf (exactly no sink, PA-17)
         fparams[:2] = (a.sm_scale, a.soft_cap or 0.0)
         if a.sinks is not None:
             fparams[2:2 + H] = a.sinks
-        meta = np.array([n, a.sliding_window or 0], np.int32)
-        res = np.asarray(kernel("mla")(rows, pages, lens, table.reshape(-1), q_len_arr, meta, fparams,
-                                       pages_per_seq=pps_pad, interpret=interpret_params()))
-        out = np.zeros((T, H, d_c), np.float32)
-        for i in decode:
-            out[a.cu_q_lens[i]] = res[i, :H, :d_c]
-        return out
+        meta = np.array([n, a.sliding_window or NO_WINDOW], np.int32)
+        res = kernel("mla")(rows, pages, lens, table.reshape(-1), cu, meta, fparams, pages_per_seq=pps_pad,
+                            block_q=MLA_BLOCK_Q, interpret=interpret_params())
+        return np.asarray(res)[:T, :H, :d_c]
 
     def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
                                    *, sm_scale=None, sliding_window=None, soft_cap=None, sinks=None,
@@ -191,8 +197,8 @@ class PallasBackend(Backend):
             q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, sm_scale=sm_scale,
             sliding_window=sliding_window, soft_cap=soft_cap, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
         T, D = np.shape(q)[0], np.shape(q)[2]
-        q_k, kv_k, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, "separate", False,
-                                                                min_seqs=MIN_SEQS)
+        q_k, kv_k, scales, cu, meta, fparams, cfg = _attention_operands(call, q, k_pages, "separate", False,
+                                                                        min_seqs=MIN_SEQS)
         S = call.num_seqs
         s_pad = cu.shape[0] - 1
         indices = np.asarray(kv_indices, np.int64)
@@ -203,7 +209,7 @@ class PallasBackend(Backend):
         last_k[:S] = np.asarray(kv_last_page_len, np.int64)
         indices_k = np.zeros(pow2(nnz, MIN_PAGES), np.int32)        # entries past nnz are never read
         indices_k[:nnz] = indices
-        out = kernel("attention_csr")(q_k, kv_k, indptr_k, indices_k, last_k, cu, meta, fparams, cfg=cfg,
+        out = kernel("attention_csr")(q_k, kv_k, indptr_k, indices_k, last_k, cu, meta, fparams, scales, cfg=cfg,
                                       interpret=interpret_params())
         return np.asarray(out[0])[:T, :, :D]
 
@@ -234,7 +240,7 @@ class PallasBackend(Backend):
         n_pad = pow2(n, 8)
         slots = np.full(n_pad, -1, np.int32)
         slots[:n] = np.where(call.slot_mapping >= 0, call.slot_mapping, -1)
-        # Pinned rounding (PA-44): through float32 first, exact for every claimed activation dtype.
+        # Pinned rounding (PA-43, PA-44): through float32 first (exact for 16-bit activations, fl32(x) for float64).
         kp = np.zeros((n_pad,) + call.k.shape[1:], np.float32)
         vp = np.zeros_like(kp)
         kp[:n], vp[:n] = call.k, call.v
@@ -245,6 +251,59 @@ class PallasBackend(Backend):
         new_k, new_v = kernel("write_kv")(call.k_pages, call.v_pages, kp, vp, slots, k_scales, v_scales,
                                           quantized=quantized, interpret=interpret_params())
         return ref_kv_write.KVPages(np.asarray(new_k), np.asarray(new_v))
+
+    def accumulate_scores(self, acc, counts, step_scores):
+        """Same contract as reference.accumulate_scores (EV-3 .. EV-5): ScoreState(acc' float64[L_new],
+        counts' int32[L_new]). Tokens pad to rows of 128 lanes, pow2(rows, 8) rows (padding: +0, count 1)."""
+        call = ref_eviction.validate_accumulate_scores(acc, counts, step_scores)
+        n_old, n_new = call.acc.shape[0], call.step_scores.shape[0]
+        if n_new == 0:
+            return ref_eviction.ScoreState(np.zeros(0, np.float64), np.zeros(0, np.int32))
+        from .float64_words import join, split
+        from .tiling import LANES
+        rows = pow2(-(-n_new // LANES), 8)
+        words = [np.zeros(rows * LANES, np.int32) for _ in range(5)]
+        words[0][:n_old], words[1][:n_old] = split(call.acc)
+        words[2][:n_old] = call.counts
+        words[3][:n_new], words[4][:n_new] = split(call.step_scores)
+        meta = np.array([n_old, n_new], np.int32)
+        hi, lo, cnt = kernel("accumulate_scores")(*(w.reshape(rows, LANES) for w in words), meta,
+                                                  interpret=interpret_params())
+        acc_out = join(np.asarray(hi).reshape(-1)[:n_new], np.asarray(lo).reshape(-1)[:n_new])
+        return ref_eviction.ScoreState(acc_out, np.asarray(cnt).reshape(-1)[:n_new].astype(np.int32))
+
+    def plan_eviction(self, block_table, acc, counts, config):
+        """Same contract as reference.plan_eviction (EV-8 .. EV-16). The evictable range and k are config
+        arithmetic (EV-8, EV-9) done here; with k = 0 nothing moves and no kernel runs (EV-9). Blocks pad to
+        pow2(num_blocks, 16) rows of pow2(B, 8) lanes (padding: acc +0, count 1)."""
+        call = ref_eviction.validate_plan_eviction(block_table, acc, counts, config)
+        B, L = call.config.block_size, call.acc.shape[0]
+        nb, n_full = call.block_table.shape[0], L // B
+        k = max(0, n_full - call.config.max_cache_size // B)                       # EV-9
+        first, last = call.config.start_size // B, n_full - call.config.recent_size // B   # EV-8
+        if k == 0:
+            return ref_eviction.EvictionPlan(
+                np.zeros(0, np.int32), call.block_table.astype(np.int32), np.zeros(0, np.int32),
+                np.zeros((0, 1), np.int32), call.acc.copy(), call.counts.astype(np.int32))
+        from .float64_words import join, split
+        nb_pad, b_pad = pow2(nb, 16), pow2(B, 8)
+        planes = [np.zeros(nb_pad * B, np.int32), np.zeros(nb_pad * B, np.int32), np.ones(nb_pad * B, np.int32)]
+        planes[0][:L], planes[1][:L] = split(call.acc)
+        planes[2][:L] = call.counts
+        state = []
+        for plane, fill in zip(planes, (0, 0, 1)):
+            block = np.full((nb_pad, b_pad), fill, np.int32)
+            block[:, :B] = plane.reshape(nb_pad, B)
+            state.append(block)
+        table = np.zeros(nb_pad, np.int32)
+        table[:nb] = call.block_table
+        meta = np.array([nb, B, first, last, k, call.config.aggregation == "norm_sum"], np.int32)
+        evicted, table_out, rot_idx, rot_delta, moved, hi, lo, cnt = (
+            np.asarray(a) for a in kernel("plan_eviction")(table, *state, meta, interpret=interpret_params()))
+        m, kept = int(moved[0]), L - k * B
+        hi, lo, cnt = (a[:, :B].reshape(-1)[:kept] for a in (hi, lo, cnt))
+        return ref_eviction.EvictionPlan(evicted[:k].copy(), table_out[:nb - k].copy(), rot_idx[:m].copy(),
+                                         rot_delta[:m].reshape(m, 1).copy(), join(hi, lo), cnt.astype(np.int32))
 
     def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout="half",
                     rotary_dim=None):
@@ -375,7 +434,9 @@ def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *
     """What both page-table forms hand the attention kernel besides the page table, from the reference's
     normalised call (`validate_ragged_paged_attention`): q and the combined pool padded to their buckets,
     cu_q_lens padded to pow2(S, min_seqs) + 1 entries (padding sequences have no rows), meta (num_seqs, window),
-    the float parameters and the static config."""
+    the scales beside the pool for quantized pages (f32[P_pad, 2*Hkv, page_size], every scale form of PA-18 /
+    PA-48 as one scale per slot and KV head; None for float pages), the float parameters and the static
+    config."""
     from . import layout
     from .paged_attention import AttentionConfig
     q_arr = np.asarray(q)
@@ -385,28 +446,30 @@ def _attention_operands(call, q, k_pages, kv_layout: str, return_scores: bool, *
         raise ValueError(f"q head dim D={D} exceeds the Pallas kernel's max_head_dim={MAX_HEAD_DIM} "
                          f"(one KV page of every head must fit the VMEM page buffer)")
     if kv_layout == "combined":
-        q_k, kv_k = layout.attention_inputs_combined(q_arr, np.asarray(k_pages), t_pad=pow2(T, 8), p_pad=pow2(P))
+        q_k, kv_k = layout.attention_inputs_combined(q_arr, np.asarray(k_pages), t_pad=pow2(T, 8),
+                                                     p_pad=pow2(P, MIN_POOL_PAGES))
     else:
-        q_k, kv_k = layout.attention_inputs(q_arr, call.k_pages, call.v_pages, t_pad=pow2(T, 8), p_pad=pow2(P))
+        q_k, kv_k = layout.attention_inputs(q_arr, call.k_pages, call.v_pages, t_pad=pow2(T, 8),
+                                            p_pad=pow2(P, MIN_POOL_PAGES))
     n = call.num_seqs
     s_pad = pow2(call.page_indices.shape[0], min_seqs)
     cu = np.full(s_pad + 1, int(call.cu_q_lens[n]), np.int32)
     cu[:n + 1] = call.cu_q_lens[:n + 1]
-    meta = np.array([n, call.sliding_window or 0], np.int32)
-    if np.ndim(call.k_scale) == 3:
-        raise NotImplementedError("per-token KV scales (PA-48) are not implemented by the Pallas attention "
-                                  "kernel (not claimed: per_head_scales only)")
-    fparams = np.zeros(4 + Hq + 2 * Hkv, np.float32)
-    fparams[:2] = (call.sm_scale, call.soft_cap or 1.0)
-    if call.sinks is not None:
-        fparams[4:4 + Hq] = call.sinks
-    for base, scale in ((4 + Hq, call.k_scale), (4 + Hq + Hkv, call.v_scale)):   # per KV head (PA-48)
-        fparams[base:base + Hkv] = 1.0 if scale is None else np.asarray(scale, np.float32)
+    meta = np.array([n, call.sliding_window or NO_WINDOW], np.int32)
+    token_scales = None
+    if call.k_scale is not None:   # K scales of head h in row 2h, V scales in 2h+1, slots on lanes (PA-48)
+        token_scales = np.zeros((kv_k.shape[0], 2 * Hkv, page_size), np.float32)
+        for rows, scale in ((slice(0, None, 2), call.k_scale), (slice(1, None, 2), call.v_scale)):
+            per_slot = np.broadcast_to(np.asarray(scale, np.float32).reshape((1,) * (3 - np.ndim(scale))
+                                                                              + np.shape(scale)), (P, page_size, Hkv))
+            token_scales[:P, rows] = np.swapaxes(per_slot, 1, 2)
+    fparams = np.zeros(4 + Hq, np.float32)
+    fparams[:2] = (call.sm_scale, call.soft_cap or 0.0)       # cap 0: none
+    fparams[4:] = -np.inf if call.sinks is None else call.sinks      # -inf: exactly no sink (PA-17)
     hb = kv_heads_per_block(Hq, Hkv, q_k.dtype, kv_k.dtype)   # PA-47: whole sublane tiles per block
-    cfg = AttentionConfig(block_q=8, kv_heads_per_block=hb, soft_cap=call.soft_cap is not None,
-                          sinks=call.sinks is not None, quantized=call.k_scale is not None,
-                          sliding_window=call.sliding_window is not None, return_scores=return_scores)
-    return q_k, kv_k, cu, meta, fparams, cfg
+    cfg = AttentionConfig(block_q=8, kv_heads_per_block=hb, return_scores=return_scores,
+                          token_scales=token_scales is not None)
+    return q_k, kv_k, token_scales, cu, meta, fparams, cfg
 
 
 def _token_scales(scale, slots: np.ndarray, n_pad: int, page_size: int, hkv: int) -> np.ndarray:

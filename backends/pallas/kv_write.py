@@ -47,7 +47,17 @@ def div_rn(x, s):
     too. Near a rounding tie of the storage format the two quotients store different values, which the
     suite's quantization-tie values found (got -73 for -72 at scale 0.1). So: take the quotient as
     computed, and of it and its two float32 neighbours keep the one with the smallest exact residual
-    |x - c*s| (ties to the even bit pattern)."""
+    |x - c*s| (ties to the even bit pattern).
+
+    The residuals are about an ulp of x: with a scale near the smallest normal (PA-52's range column:
+    2^-126) they are subnormal, which XLA on CPU (and a TPU) flushes to zero, so every candidate looked
+    exact and the even one won (stored 120 for 119 at scale 2^-126). x and s are first multiplied by the
+    power of two that brings s into [0.5, 1): the quotient is the same, exactly, and the residuals are
+    normal. (If x * 2^k overflows, so does the quotient, which is at least as large.)"""
+    exponent = (lax.bitcast_convert_type(s, jnp.int32) >> 23) & 0xFF
+    k = jnp.clip(126 - exponent, -126, 127)
+    power = lax.bitcast_convert_type((k + 127) << 23, jnp.float32)
+    x, s = x * power, s * power
     q = x / s
     bits = lax.bitcast_convert_type(q, jnp.int32)
     best, best_r = q, _residual(x, q, s)

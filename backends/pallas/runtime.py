@@ -21,16 +21,19 @@ import sys
 #: drop compiled kernels once the process holds this fraction of vm.max_map_count mappings
 MAP_BUDGET = 0.5
 #: CPU devices XLA simulates when jax is first imported by this backend, for the head-sharded attention
-#: (PA-49) without a TPU. Two, not more: interpret mode puts a global barrier (threading.Barrier over all
-#: devices, in io_callbacks) before each kernel, and on a 2-core machine with 4 devices a call with two
-#: or more KV heads per shard deadlocks there (measured with jax 0.10.2: three devices wait at the barrier
-#: while the fourth's buffer-allocation callback waits for a copy no free client thread can make).
-HOST_DEVICES = 2
+#: (PA-49) without a TPU: one per shard count of SHARD_COUNTS.
+HOST_DEVICES = 8
 _HOST_FLAG = "--xla_force_host_platform_device_count"
-#: shard counts the head-sharded attention is claimed for, as far as the devices allow (in interpret mode
-#: at most INTERPRET_MAX_SHARDS, for the deadlock above, whatever count XLA_FLAGS set)
+#: shard counts the head-sharded attention is claimed for, as far as the devices allow
 SHARD_COUNTS = (2, 4, 8)
-INTERPRET_MAX_SHARDS = 2
+#: Environment variable sizing the XLA CPU client's thread pool (xla/pjrt/utils.cc `DefaultThreadPoolSize`
+#: reads PJRT_NPROC, then NPROC, else the core count). Interpret mode under shard_map deadlocks unless the
+#: pool has more threads than devices: each pallas_call is bracketed by barriers over all devices, waited
+#: on inside io_callbacks, and a callback argument of 100 KiB or more is read back on that pool, where the
+#: waiting devices hold the threads (tests/backends/interpret_shard_deadlock.py: the cause with citations
+#: and a plain-kernel reproducer; measured with jax 0.10.2, 4 devices need 5 threads, 8 devices 9). On 2
+#: cores the sharded attention hit it once a shard's KV pool reached 100 KiB (two KV heads, 16 pages).
+_POOL_ENV = "PJRT_NPROC"
 #: XLA CPU compile options for interpret mode. An interpret-mode kernel is compiled once per shape and then
 #: runs a few times in a conformance run, and its compile is most of a test's time, so these trade code
 #: speed for compile speed: LLVM without its optimizations, XLA's classic elemental emitters instead of its
@@ -46,23 +49,36 @@ CPU_COMPILE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_llvm_disable_e
 
 def configure_host_xla(n: int = HOST_DEVICES) -> None:
     """Before jax is imported, set XLA_FLAGS for interpret mode: `n` CPU devices (head sharding, PA-49) and
-    CPU_COMPILE_FLAGS. XLA reads them when its CPU client starts, so this is done when the backend is made,
+    CPU_COMPILE_FLAGS, and a CPU client thread pool of more than `n` threads (`_POOL_ENV`, the shard_map
+    deadlock above). XLA reads them when its CPU client starts, so this is done when the backend is made,
     in the worker process, before any kernel runs. A no-op once jax is imported; a flag XLA_FLAGS already
-    sets is left as it is; TPU and GPU devices are not affected."""
+    sets, or a pool size already set, is left as it is; TPU and GPU devices are not affected."""
     if "jax" in sys.modules:
         return
     flags = os.environ.get("XLA_FLAGS", "")
     wanted = [f"{_HOST_FLAG}={n}", *CPU_COMPILE_FLAGS]
     extra = [f for f in wanted if f.split("=")[0] not in flags]
     os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
+    if _POOL_ENV not in os.environ:
+        os.environ[_POOL_ENV] = str(max(n + 1, os.cpu_count() or 1))
+
+
+def _pool_threads() -> int:
+    """The XLA CPU client's thread-pool size as xla/pjrt/utils.cc `DefaultThreadPoolSize` reads it."""
+    for name in (_POOL_ENV, "NPROC"):
+        value = os.environ.get(name, "")
+        if value.strip().lstrip("-").isdigit():
+            return max(0, int(value))
+    return os.cpu_count() or 1
 
 
 def shard_counts() -> tuple[int, ...]:
-    """The shard counts of SHARD_COUNTS this process has devices for (empty without jax or with one device)."""
+    """The shard counts of SHARD_COUNTS this process has devices for (empty without jax or with one device);
+    in interpret mode also fewer than the CPU client's threads (`_POOL_ENV`: more would deadlock)."""
     if not jax_status()[0]:
         return ()
     import jax
-    devices = jax.device_count() if interpret_params() is None else min(jax.device_count(), INTERPRET_MAX_SHARDS)
+    devices = jax.device_count() if interpret_params() is None else min(jax.device_count(), _pool_threads() - 1)
     return tuple(n for n in SHARD_COUNTS if n <= devices)
 
 
@@ -139,8 +155,8 @@ def _jitted(name: str):
         from .paged_attention import ragged_paged_attention_kernel
         return jax.jit(ragged_paged_attention_kernel, static_argnames=("pages_per_seq", "cfg", "interpret"))
     if name == "mla":
-        from .mla import mla_decode_kernel
-        return jax.jit(mla_decode_kernel, static_argnames=("pages_per_seq", "interpret"))
+        from .mla import mla_kernel
+        return jax.jit(mla_kernel, static_argnames=("pages_per_seq", "block_q", "interpret"))
     if name == "attention_csr":
         from .paged_attention import ragged_paged_attention_csr_kernel
         return jax.jit(ragged_paged_attention_csr_kernel, static_argnames=("cfg", "interpret"))
@@ -153,6 +169,12 @@ def _jitted(name: str):
     if name == "rotate_keys":
         from .rotation import rotate_keys_kernel
         return jax.jit(rotate_keys_kernel, static_argnames=("per_block", "layout", "rotary_dim", "interpret"))
+    if name == "accumulate_scores":
+        from .eviction import accumulate_kernel
+        return jax.jit(accumulate_kernel, static_argnames=("interpret",))
+    if name == "plan_eviction":
+        from .eviction import plan_kernel
+        return jax.jit(plan_kernel, static_argnames=("interpret",))
     if name == "conv1d":
         from .recurrent.conv1d import conv1d_update_kernel
         return jax.jit(conv1d_update_kernel, static_argnames=("silu", "interpret"))

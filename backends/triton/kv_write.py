@@ -61,11 +61,12 @@ def _write_kv_kernel(k_ptr, v_ptr, kp_ptr, vp_ptr, slot_ptr, ks_ptr, vs_ptr, n_t
 
 
 def write_kv_(k_pages, v_pages, k, v, slot_mapping, k_scale=None, v_scale=None, *, offset_bits: int = 64):
-    """In place: store k, v ([N, Hkv, D], float32/16 or bf16 tensors) into the pools through
-    slot_mapping (int32/int64 [N], any stride). Pools keep their dtype; scales are floats or None, or
-    float32 tensors [Hkv] (per KV head) or [P, page_size, Hkv] (beside the slots), PA-48.
-    offset_bits: 64, or 32 for the offset mutant (offset_mutant.py)."""
-    n, hkv, d = k.shape
+    """In place: store k, v ([N_k, Hkv, D], float32/16 or bf16 tensors) into the pools through
+    slot_mapping (int32/int64 [N], any stride, N <= N_k: rows past N are padding, PA-50). Pools keep their
+    dtype; scales are floats or None, or float32 tensors [Hkv] (per KV head) or [P, page_size, Hkv]
+    (beside the slots), PA-48. offset_bits: 64, or 32 for the offset mutant (offset_mutant.py)."""
+    _, hkv, d = k.shape
+    n = slot_mapping.shape[0]   # the grid follows the slot mapping, never k's (padded) rows
     if n == 0:
         return
     code = storage_code(k_pages.dtype)

@@ -61,6 +61,20 @@ class NewTokensCountOne(Mutant):
         return ScoreState(state.acc, fixed)
 
 
+@mutant(op="plan_eviction", clause="EV-10",
+        description="ties broken toward the lower physical page (a sort on (score, page id)) instead of the "
+                    "lower logical index")
+class TiesByPhysicalPage(Mutant):
+    def plan_eviction(self, block_table, acc, counts, config):
+        reference.plan_eviction(block_table, acc, counts, config)   # EV-17 as given
+        B = config.block_size
+        k = max(0, np.asarray(acc).shape[0] // B - config.max_cache_size // B)
+        beta = reference.block_scores(acc, counts, config)
+        cand = np.arange(config.start_size // B, np.asarray(acc).shape[0] // B - config.recent_size // B)
+        chosen = cand[np.lexsort((np.asarray(block_table)[cand], beta[cand]))][:k]
+        return _plan_for(chosen, block_table, acc, counts, B)
+
+
 #: candidates one selection step compares (the Triton kernel's _BLOCKS_J)
 SELECTION_TILE = 128
 

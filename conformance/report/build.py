@@ -6,7 +6,7 @@ run did not run every test: interrupted, cut short by a full disk, or never fini
 verdict, failures, not_checked [{kind, backend, op, message}], warnings, selected, by_hand, suite_ops}
 (gate.py: the verdict every report shows and every route exits with; a partial run is NOT CHECKED), backends
 {name: description with claims, or load_error / claims_error}, expectations {entries, unmatched}, summary
-{status: n}, matrix [{backend, op, feature, counts, headroom}], layers [{backend, layer, counts}] (golden,
+{status: n}, matrix [{backend, op, feature, counts, error_ratio}] (worst error / allowed error; "inf"), layers [{backend, layer, counts}] (golden,
 differential, property, stateful, errors: harness.LAYERS), results [one record per test, see plugin.py].
 
 All four files are rendered from results.jsonl and run.json alone (`write_all`, `kvconform report DIR`),
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import platform
 import sys
 from collections import Counter, defaultdict
@@ -30,8 +31,9 @@ from ..backend_text import visible
 
 SCHEMA = "kvconform.report/1"
 STATUS_ORDER = ("fail", "crash", "flaky", "error", "xpass", "xfail", "pass", "unclaimed-pass", "unsupported",
-                "skip")
-#: statuses that fail a run
+                "not run", "skip")
+#: statuses that fail a run (`not run`, a test skipped after --max-crashes crashes in a row of its op, is not
+#: one: the crashes before it are)
 FAILED = ("fail", "crash", "flaky", "error")
 #: statuses every report lists under its failures (an xpass: an expectations entry to remove)
 LISTED = FAILED + ("xpass",)
@@ -59,8 +61,21 @@ def read_results(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue          # a line cut short by a killed run
         if isinstance(rec, dict) and "id" in rec and "status" in rec:
-            records[rec["id"]] = rec   # a resumed test replaces its earlier line
+            records[rec["id"]] = renamed(rec)   # a resumed test replaces its earlier line
     return list(records.values())
+
+
+def renamed(record: dict) -> dict:
+    """A record of an older kvconform in today's keys: `headroom` (before issue 28) is `error_ratio`, the
+    worst error / allowed error, in the record and in each field's metrics."""
+    if "headroom" in record and "error_ratio" not in record:
+        record = dict(record)
+        record["error_ratio"] = record.pop("headroom")
+    metrics = record.get("metrics")
+    if isinstance(metrics, dict) and any(isinstance(m, dict) and "headroom" in m for m in metrics.values()):
+        record = dict(record, metrics={name: ({("error_ratio" if k == "headroom" else k): v for k, v in m.items()}
+                                              if isinstance(m, dict) else m) for name, m in metrics.items()})
+    return record
 
 
 def partial(run: dict, recorded: int) -> str | None:
@@ -116,16 +131,23 @@ def assemble(records: list[dict], *, backends: dict, run: dict, session: dict | 
 
 
 def matrix(records: list[dict]) -> list[dict]:
-    cells: dict = defaultdict(lambda: {"counts": Counter(), "headroom": None})
+    from .overview import MEASURED, error_ratio
+    cells: dict = defaultdict(lambda: {"counts": Counter(), "error_ratio": None})
     for r in records:
         for feature in r.get("features") or ["base"]:
             cell = cells[(r.get("backend", "?"), r.get("op", "?"), feature)]
             cell["counts"][r["status"]] += 1
-            h = r.get("headroom")
-            if isinstance(h, (int, float)) and r["status"] in ("pass", "fail", "xfail", "xpass", "unclaimed-pass"):
-                cell["headroom"] = h if cell["headroom"] is None else max(cell["headroom"], h)
-    return [{"backend": b, "op": o, "feature": f, "counts": dict(c["counts"]), "headroom": c["headroom"]}
+            h = error_ratio(r) if r["status"] in MEASURED else None
+            if h is not None:
+                cell["error_ratio"] = h if cell["error_ratio"] is None else max(cell["error_ratio"], h)
+    return [{"backend": b, "op": o, "feature": f, "counts": dict(c["counts"]),
+             "error_ratio": None if c["error_ratio"] is None else _json_number(c["error_ratio"])}
             for (b, o, f), c in sorted(cells.items())]
+
+
+def _json_number(value: float):
+    """inf as the string "inf" (the records' own form: JSON has no infinity), never a sentinel number."""
+    return value if math.isfinite(value) else str(value)
 
 
 def layers(records: list[dict]) -> list[dict]:
@@ -176,7 +198,7 @@ def summary_lines(report: dict) -> list[str]:
                      f"errors layer (rejection tests) {counts_text(groups.get('errors', {}))}")
     not_run: dict = defaultdict(list)
     for r in report["results"]:
-        if r["status"] == "crash" and "] crash: not run: " in (r.get("message") or ""):
+        if r["status"] == "not run":
             not_run[(r.get("backend"), r.get("op"))].append(r)
         elif r["status"] in LISTED:
             rate = r.get("replays") if r["status"] == "flaky" else None
@@ -186,9 +208,8 @@ def summary_lines(report: dict) -> list[str]:
             if r.get("repro"):
                 lines.append(f"    replay: kvconform replay {r['repro']} --backend {r.get('backend_spec')}")
     for (backend, op), records in not_run.items():
-        reason = records[0]["message"].split("] crash: ", 1)[1]
-        lines.append(f"  CRASH {backend} {op}: {len(records)} more tests recorded as crash without running "
-                     f"({reason})")
+        reason = (records[0].get("message") or "").partition("not run: ")[2]
+        lines.append(f"  NOT RUN {backend} {op}: {len(records)} tests not run ({reason})")
     for e in report["expectations"]["unmatched"]:
         lines.append(f"  unmatched expectation ({e['source']}): {e['test']} [{e['backend']}]")
     if report.get("partial"):
@@ -253,6 +274,8 @@ def load_report(path) -> dict:
         raise ReportError(f"{path} is not valid JSON ({exc})") from None
     if not isinstance(report, dict) or report.get("schema") != SCHEMA:
         raise ReportError(f"{path} is not a {SCHEMA} report (schema={report.get('schema') if isinstance(report, dict) else None!r})")
+    if isinstance(report.get("results"), list):
+        report["results"] = [renamed(r) if isinstance(r, dict) else r for r in report["results"]]
     return report
 
 

@@ -3,8 +3,14 @@
 Every string from a result (backend messages, ids, counterexamples) goes through `html.escape` after its
 control characters are written as escapes (backend_text.visible), and a Content-Security-Policy forbids
 scripts outright, so nothing a backend prints can inject markup. A partial run says so in a banner.
-Error plots are inline SVG: headroom (error / allowed, log scale) per test, 1 = the tolerance line, and
-for each failed field its error / allowed along the elements (compare.py `FieldResult.profile`).
+Error plots are inline SVG: the worst error / allowed error per test (log scale), 1 = the tolerance line,
+and for each failed field its error / allowed along the elements (compare.py `FieldResult.profile`).
+
+The page leads with the news (issue 28): the gate's verdict, the totals (their failure counts link to the
+first failure of the backend), each failure with its diagnosis, counterexample and replay command (the
+whole message, variations, plots, traceback and output on demand), then one cell per backend x op
+(overview.py) whose features open on demand, the ops each backend does not claim in one line, a legend;
+then the test layers, the backends and the plot.
 """
 from __future__ import annotations
 
@@ -12,11 +18,13 @@ import html
 import math
 
 from ..backend_text import visible
-from .build import LISTED, STATUS_ORDER, cell_status
+from . import overview
+from .build import FAILED, STATUS_ORDER, cell_status
 
 COLOR = {"pass": "#2e7d32", "fail": "#c62828", "crash": "#6a1b9a", "flaky": "#ad1457", "error": "#c62828",
          "xfail": "#f9a825",
-         "xpass": "#ef6c00", "unsupported": "#9e9e9e", "unclaimed-pass": "#1565c0", "skip": "#bdbdbd"}
+         "xpass": "#ef6c00", "unsupported": "#9e9e9e", "unclaimed-pass": "#1565c0", "not run": "#8d6e63",
+         "skip": "#bdbdbd"}
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
@@ -24,6 +32,8 @@ table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:
 th{background:#f3f3f3}.st{color:#fff;border-radius:3px;padding:0 .4em;font-size:.85em}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;white-space:pre-wrap}
 .fail{border-left:4px solid #c62828;padding-left:.8em;margin:1em 0}
+.fail h3{font-size:1em;margin:.2em 0}.replay{font-family:monospace;background:#f7f7f7;padding:.2em .4em}
+#ops td{vertical-align:top}#ops details table{margin:.3em 0;font-size:.85em}.legend{color:#555;font-size:.9em}
 """
 
 
@@ -35,28 +45,39 @@ def badge(status: str) -> str:
     return f'<span class="st" style="background:{COLOR.get(status, "#777")}">{e(status)}</span>'
 
 
-def _matrix(report: dict) -> str:
-    backends = sorted({c["backend"] for c in report["matrix"]})
-    rows = sorted({(c["op"], c["feature"]) for c in report["matrix"]})
-    cells = {(c["backend"], c["op"], c["feature"]): c for c in report["matrix"]}
-    out = ['<table id="matrix"><caption>backends × ops × features</caption><tr><th>op</th><th>feature</th>']
-    out += [f"<th>{e(b)}</th>" for b in backends]
-    out.append("</tr>")
-    for op, feature in rows:
-        out.append(f"<tr><td>{e(op)}</td><td>{e(feature)}</td>")
+def _ops(report: dict) -> str:
+    """One cell per backend x op claimed (its counts and worst error / allowed; its features open on
+    demand); the ops each backend does not claim in one line."""
+    backends, ops, cells, unclaimed = overview.op_cells(report)
+    if not ops:
+        return "<p>No op was run.</p>"
+    out = ['<table id="ops"><tr><th>op</th>'] + [f"<th>{e(b)}</th>" for b in backends] + ["</tr>"]
+    for op in ops:
+        out.append(f"<tr><td>{e(op)}</td>")
         for b in backends:
-            cell = cells.get((b, op, feature))
+            cell = cells.get((b, op))
             if cell is None:
-                out.append('<td class="cell">—</td>')
+                out.append("<td></td>")
                 continue
             counts = cell["counts"]
             detail = ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s))
-            h = cell["headroom"]
-            head = "" if h is None else f"<br><small>headroom {e(format(h, '.3g'))}</small>"
-            out.append(f'<td class="cell" data-status="{e(cell_status(counts))}">'
-                       f"{badge(cell_status(counts))} <small>{e(detail)}</small>{head}</td>")
+            ratio = overview.ratio_text(cell["error_ratio"])
+            rows = "".join(f"<tr><td>{e(f)}</td><td>{badge(cell_status(fc['counts']))} "
+                           f"{e(overview.counts_cell(fc['counts']).split(' ', 1)[-1])}</td>"
+                           f"<td>{e(overview.ratio_text(fc['error_ratio']))}</td></tr>"
+                           for f, fc in sorted(cell["features"].items()))
+            out.append(f'<td class="cell" data-status="{e(cell_status(counts))}"><details><summary>'
+                       f"{badge(cell_status(counts))} <small>{e(detail)}</small>"
+                       + (f' <small title="worst error / allowed error">· {e(ratio)}</small>' if ratio else "")
+                       + f"</summary><table><tr><th>feature</th><th>tests</th><th>error / allowed</th></tr>{rows}"
+                       f"</table></details></td>")
         out.append("</tr>")
     out.append("</table>")
+    out += [f'<p class="unclaimed">{e(b)} does not claim {len(v)} op(s) of this run: {e(", ".join(v))}</p>'
+            for b, v in sorted(unclaimed.items()) if v]
+    out.append('<p class="legend">' + " ".join(f"{badge(s)} {e(overview.MEANING[s])}" for s in
+               ("pass", "fail", "crash", "flaky", "xfail", "xpass", "unsupported"))
+               + f"; {e(overview.RATIO_NOTE)}.</p>")
     return "".join(out)
 
 
@@ -90,8 +111,8 @@ def _layers(report: dict) -> str:
 LOG_LO, LOG_HI = -8.0, 3.0
 
 
-def _finite_headroom(value) -> float | None:
-    """A recorded headroom as a float (inf kept), None when the test has none."""
+def _finite_ratio(value) -> float | None:
+    """A recorded error / allowed as a float (inf kept), None when the test has none."""
     try:
         h = float(value)
     except (TypeError, ValueError):
@@ -114,11 +135,11 @@ def _log_axis(left: float, width: float, y: float, label: str) -> list[str]:
 
 
 def _plot(report: dict) -> str:
-    """One labelled bar per test with an error metric: its headroom (worst error / allowed error, log
-    scale), the dashed line at 1 is the tolerance; sorted worst first so what is close to failing shows."""
+    """One labelled bar per test with an error metric: its worst error / allowed error (log scale), the
+    dashed line at 1 is the tolerance; sorted worst first so what is close to failing shows."""
     items = []
     for r in report["results"]:
-        h = _finite_headroom(r.get("headroom"))
+        h = overview.error_ratio(r)
         if h is not None and h > 0:
             test = r["id"].split("::")[-1]
             items.append((h, f"{r.get('backend', '')} · {test}", r["status"]))
@@ -128,15 +149,15 @@ def _plot(report: dict) -> str:
     label_w, width, bar, top = 420, 560, 16, 8
     left = label_w + 10
     height = top + bar * len(items) + 40
-    parts = [f'<svg id="headroom-plot" xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" '
-             f'height="{height}" role="img"><title>headroom per test (log scale, 1 = tolerance)</title>']
+    parts = [f'<svg id="error-plot" xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" '
+             f'height="{height}" role="img"><title>error / allowed per test (log scale, 1 = tolerance)</title>']
     for i, (h, label, status) in enumerate(items):
         y = top + i * bar
         w = max(1.0, _x_of(h, left, width) - left)
         text = label if len(label) <= 70 else label[:67] + "..."
         parts.append(f'<text x="{label_w}" y="{y + bar - 5}" font-size="10" text-anchor="end">{e(text)}</text>')
         parts.append(f'<rect x="{left}" y="{y + 1}" width="{w:.1f}" height="{bar - 4}" '
-                     f'fill="{COLOR.get(status, "#777")}"><title>{e(label)}: headroom {e(format(h, ".3g"))} '
+                     f'fill="{COLOR.get(status, "#777")}"><title>{e(label)}: error / allowed {e(overview.ratio_text(h))} '
                      f'({e(status)})</title></rect>')
     x1 = _x_of(1.0, left, width)
     axis_y = top + bar * len(items) + 12
@@ -149,7 +170,7 @@ def _plot(report: dict) -> str:
 
 def _profile_plot(field: dict) -> str:
     """A failed field's error / allowed along its elements (C order, max per bin): where it fails."""
-    values = [_finite_headroom(v) for v in field.get("profile") or []]
+    values = [_finite_ratio(v) for v in field.get("profile") or []]
     values = [v if v is not None else 0.0 for v in values]
     if not values:
         return ""
@@ -184,41 +205,73 @@ def _profile_plot(field: dict) -> str:
 
 
 def _failures(report: dict) -> str:
-    bad = [r for r in report["results"] if r["status"] in LISTED + ("xfail",)]
+    """Each failure (then each xfail): what failed, the diagnosis, the counterexample and the replay
+    command first; the whole message, the diagnosis's variations, the error plots, the traceback and the
+    backend's output on demand."""
+    bad = overview.failures(report)
+    bad += [r for r in report["results"] if r["status"] == "xfail"]
     if not bad:
         not_checked = (report.get("gate") or {}).get("not_checked")
         return "<p>No failures." + (" But not everything claimed was checked: see the gate above.</p>"
                                     if not_checked else "</p>")
     out = []
-    for r in bad:
-        out.append(f'<div class="fail">{badge(r["status"])} <b>{e(r.get("backend"))}</b> '
-                   f'<code>{e(r.get("op"))}</code> clauses {e(", ".join(r.get("clauses", [])))}<br>'
-                   f'<code>{e(r["id"])}</code>')
-        if r.get("counterexample"):
-            out.append(f"<p>counterexample: <code>{e(r['counterexample'])}</code></p>")
+    for i, r in enumerate(bad, 1):
+        head = (r.get("message") or "").split("\n", 1)[0]
+        out.append(f'<div class="fail" id="failure-{i}" data-status="{e(r["status"])}"><h3>{badge(r["status"])} '
+                   f'{e(r.get("backend"))} · <code>{e(r.get("op"))}</code> · <code>{e(r["id"].split("::")[-1])}'
+                   f'</code> <small>clauses {e(", ".join(r.get("clauses", [])))}</small></h3>')
+        if head:
+            out.append(f"<p>{e(head)}</p>")
         diagnosis = r.get("diagnosis") or {}
         if diagnosis.get("summary"):
             out.append(f"<p class=diagnosis><b>diagnosis:</b> {e(diagnosis['summary'])}</p>")
-            rows = "".join(f"<tr><td>{e(v.get('name'))}</td><td>{e(v.get('outcome'))}</td>"
-                           f"<td>{e(v.get('detail', ''))}</td></tr>" for v in diagnosis.get("variations", []))
-            if rows:
-                out.append(f"<table class=variations><tr><th>variation</th><th>outcome</th><th>detail</th></tr>"
-                           f"{rows}</table>")
+        if r.get("counterexample"):
+            out.append(f"<p>counterexample: <code>{e(r['counterexample'])}</code></p>")
+        if r.get("repro"):
+            out.append(f'<p>replay: <code class="replay">{e(overview.replay_command(r))}</code></p>')
+        out.append(f"<details class=message><summary>whole message</summary><pre>{e(r.get('message', ''))}</pre>")
+        rows = "".join(f"<tr><td>{e(v.get('name'))}</td><td>{e(v.get('outcome'))}</td>"
+                       f"<td>{e(v.get('detail', ''))}</td></tr>" for v in diagnosis.get("variations", []))
+        if rows:
+            out.append(f"<table class=variations><tr><th>variation</th><th>outcome</th><th>detail</th></tr>"
+                       f"{rows}</table>")
         out += [_profile_plot(f) for f in r.get("fields") or [] if f.get("profile")]
-        out.append(f"<pre>{e(r.get('message', ''))}</pre>")
+        if r.get("failure_text"):
+            out.append(f"<p>whole message, traceback and output: <code>{e(r['failure_text'])}</code></p>")
+        out.append("</details>")
         if r.get("traceback"):   # the message shows where it was raised; the traceback on demand
             out.append(f"<details class=traceback><summary>backend traceback</summary>"
                        f"<pre>{e(r['traceback'])}</pre></details>")
         if r.get("output"):
             out.append(f"<details class=output><summary>backend output ({e(format(r.get('output_bytes', 0), ','))} "
                        f"bytes printed during the failing call)</summary><pre>{e(r['output'])}</pre></details>")
-        if r.get("failure_text"):
-            out.append(f"<p>whole message, traceback and output: <code>{e(r['failure_text'])}</code></p>")
-        if r.get("repro"):
-            out.append(f"<p>replay: <code>kvconform replay {e(r['repro'])} --backend {e(r.get('backend_spec'))}"
-                       f"</code></p>")
         out.append("</div>")
     return "".join(out)
+
+
+def _totals(report: dict) -> str:
+    """Per backend, numerical tests and the errors layer apart; a failure count links to the backend's
+    first failure."""
+    from .build import split_counts
+    first: dict = {}
+    for i, r in enumerate(overview.failures(report), 1):
+        first.setdefault(r.get("backend", "?"), i)
+
+    def counts(backend: str, group: dict) -> str:
+        parts = []
+        for s in STATUS_ORDER:
+            if group.get(s):
+                text = f"{badge(s)} {group[s]}"
+                if s in FAILED + ("xpass",) and backend in first:
+                    text = f'<a href="#failure-{first[backend]}">{text}</a>'
+                parts.append(text)
+        return " ".join(parts) or "none"
+
+    rows = "".join(f"<tr><td><b>{e(b)}</b></td><td>{counts(b, g.get('numerical', {}))}</td>"
+                   f"<td>{counts(b, g.get('errors', {}))}</td></tr>"
+                   for b, g in (report.get("counts") or split_counts(report.get("results", []))).items())
+    return (f'<table id="totals"><tr><th>backend</th><th>numerical tests</th><th>errors layer (rejection tests)'
+            f"</th></tr>{rows}</table>")
 
 
 def _gate(verdict: dict | None) -> str:
@@ -247,15 +300,6 @@ def _backends(report: dict) -> str:
 
 
 def render(report: dict) -> str:
-    from .build import split_counts
-    totals = "".join(
-        f"<div class=counts><b>{e(b)}</b>: numerical tests "
-        + (" ".join(f"{badge(s)} {g.get('numerical', {})[s]}" for s in STATUS_ORDER if g.get('numerical', {}).get(s))
-           or "none")
-        + " &middot; errors layer (rejection tests) "
-        + (" ".join(f"{badge(s)} {g.get('errors', {})[s]}" for s in STATUS_ORDER if g.get('errors', {}).get(s))
-           or "none") + "</div>"
-        for b, g in (report.get("counts") or split_counts(report.get("results", []))).items())
     unmatched = report.get("expectations", {}).get("unmatched", [])
     um = "".join(f"<li><code>{e(x['test'])}</code> ({e(x['backend'])}): {e(x['reason'])}</li>" for x in unmatched)
     return f"""<!DOCTYPE html>
@@ -264,17 +308,18 @@ def render(report: dict) -> str:
 <title>kvconform report</title><style>{CSS}</style></head>
 <body>
 <h1>kvconform report</h1>
-<p>suite {e(report['suite_version'])}, spec {e(report['spec_version'])}, profile <b>{e(report.get('profile'))}</b>,
-created {e(report.get('created'))}, Python {e(report.get('platform', {}).get('python', ''))}</p>
 {('<p id="partial" style="background:#fff3e0;border-left:4px solid #ef6c00;padding:.5em"><b>Partial run:</b> '
    + e(report['partial']) + '</p>') if report.get('partial') else ''}
 {_gate(report.get("gate"))}
-<div id="totals">{totals}</div>
-<h2>Matrix</h2>{_matrix(report)}
+{_totals(report)}
+<h2 id="failures">Failures</h2>{_failures(report)}
+<h2>Ops</h2>{_ops(report)}
+{('<h2>Unmatched expectations</h2><ul id="unmatched">' + um + '</ul>') if um else ''}
 {_layers(report)}
 <h2>Backends</h2>{_backends(report)}
-<h2>Error headroom</h2>{_plot(report)}
-<h2>Failures and counterexamples</h2>{_failures(report)}
-{('<h2>Unmatched expectations</h2><ul id="unmatched">' + um + '</ul>') if um else ''}
+<h2>Error / allowed per test</h2>{_plot(report)}
+<p class="legend">suite {e(report['suite_version'])}, spec {e(report['spec_version'])}, profile
+<b>{e(report.get('profile'))}</b>, created {e(report.get('created'))}, Python
+{e(report.get('platform', {}).get('python', ''))}</p>
 </body></html>
 """

@@ -4,7 +4,8 @@ pytest's own `--junitxml` holds only the tests of its last session: after `kvcon
 was the resumed part alone, while report.json had all results (and a killed run left none). Rendered from
 the same records as report.json, the two always agree. One `testcase` per result, with the properties
 `kvc_backend`, `kvc_op`, `kvc_layer`, `kvc_status`, `kvc_clauses`; fail, crash and flaky are `failure`,
-error is `error`, unsupported, skip and xfail are `skipped` (as pytest's xunit1 files had them). Each reason
+error is `error`, unsupported, skip, xfail and not run are `skipped` (as pytest's xunit1 files had them), with
+the reason as message. Each reason
 the gate gives for NOT CHECKED (gate.py) is one more testcase, classname `kvconform.gate`, with an `error`;
 a partial run (interrupted, cut short) is the testcase `kvconform.run`, with an `error` saying so. A CI
 that reads only junit.xml cannot see green where the gate is not. Control characters are written as escapes.
@@ -18,7 +19,7 @@ from collections import Counter
 from ..backend_text import visible
 
 OUTCOME = {"fail": "failure", "crash": "failure", "flaky": "failure", "error": "error",
-           "unsupported": "skipped", "skip": "skipped", "xfail": "skipped"}
+           "unsupported": "skipped", "skip": "skipped", "xfail": "skipped", "not run": "skipped"}
 
 #: characters XML 1.0 cannot hold (control characters of ANSI-coloured backend output, say)
 _NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -81,6 +81,26 @@ def allowed(claims: OpClaims, name: str, candidates, what: str = "", *, skip: bo
     return tuple(dict.fromkeys(chosen))
 
 
+def listed(claims: OpClaims, name: str) -> tuple[int, ...]:
+    """The values a `{"values": [...]}` constraint lists (empty for any other form)."""
+    constraint = claims.limits.get(name)
+    return tuple(constraint.get("values", ())) if isinstance(constraint, dict) else ()
+
+
+def reach(claims: OpClaims, name: str, candidates, what: str = "") -> tuple[int, ...]:
+    """What a size-reach column draws for `name`: its candidates the constraint admits, then the values the
+    constraint lists beyond them. So claims widen the reach as well as narrow it: a kernel that lists
+    `{"page_size": {"values": [16, 544]}}` or `{"group_size": {"values": [1, 2, 4, 8, 32]}}` gets 544 and
+    32 drawn there, a `{"multiple_of": 16}` kernel the candidates that are multiples of 16, and a claimed
+    set (OpClaims.page_sizes, head_dims) is drawn as listed, large values included. Skips as `unsupported`
+    when nothing is left (as `allowed`)."""
+    chosen = allowed(claims, name, candidates, what, skip=False)
+    chosen = tuple(dict.fromkeys(chosen + tuple(v for v in listed(claims, name) if admits(claims.limits.get(name), v))))
+    if not chosen:
+        pytest.skip(f"unsupported: no {what or name} within the claimed limit {name}={claims.limits.get(name)!r}")
+    return chosen
+
+
 def upper(claims: OpClaims, name: str, default: int) -> int:
     """min(default, the claimed upper bound of `name`)."""
     constraint = claims.limits.get(name)

@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 
 from kvconform import reference
 from kvconform.backends.base import FEATURES, OpClaims
-from kvconform.reference import dtypes
 
 from .. import strided, tolerance
 from ..case import Case, PoisonRegion
@@ -492,10 +491,14 @@ def page_table_step_cases(draw, claims: OpClaims, *, min_history: int = 0):
 #: the attention columns the CSR form draws (per-token scores are not part of MD-23)
 def csr_attention_variants():
     """The block-table attention columns whose features MD-23 has (no per-token scores, no head sharding)
-    and that hand the cache in the canonical layout."""
+    and that hand the cache in the canonical layout. Of the size-reach columns, those that reach the page
+    table CSR encodes: hundreds of keys, page lists past one 64-entry tile, pages that are not powers of two
+    (heads, head dims and the 129-sequence decode batch run the block-table op's code in both shipped
+    backends and cost seconds per call under the interpreters: spec/paged_attention.md PA-51)."""
     from . import paged_attention as pa
     allowed = set(FEATURES["ragged_paged_attention_csr"])
-    return tuple(v for v in pa.ATTENTION_VARIANTS if set(v.features) <= allowed and not v.layout)
+    return tuple(v for v in pa.ATTENTION_VARIANTS if set(v.features) <= allowed and not v.layout
+                 and v.reach in ("", "keys", "pages", "page_size"))
 
 
 def block_table_inputs(x: dict) -> dict:
@@ -534,34 +537,15 @@ def attention_csr_checks(case: Case, expected: dict, actual: dict) -> dict:
 
 
 def uses(case: Case) -> tuple[set, dict]:
-    """What a metadata case's inputs use (conformance/goldens.py). The bookkeeping ops: no features, the
-    page size where the op takes one. Attention over the CSR layout (MD-23): the attention features its
-    inputs turn on (spec/paged_attention.md: a window, a cap, sinks, quantized pages and their per-head
-    [Hkv] or per-token [P, page_size, Hkv] scales, PA-48, query heads sharing a KV head) and its
-    dimensions: dtypes, page size, head dim, head counts, and the query and key lengths of each sequence
-    (an empty sequence is outside a claimed q_len >= 1)."""
+    """What a metadata case's inputs use (conformance/goldens.py): no features, the page size where the op
+    takes one."""
     x = case.inputs
-    if case.op != "ragged_paged_attention_csr":
-        return set(), ({"page_size": int(x["page_size"])} if "page_size" in x else {})
-    q, k = np.asarray(x["q"]), np.asarray(x["k_pages"])
-    hq, hkv = int(q.shape[1]), int(k.shape[2])
-    scale_dims = {np.ndim(x.get(name)) for name in ("k_scale", "v_scale") if x.get(name) is not None}
-    features = {f for f, on in (("sliding_window", x.get("sliding_window") is not None),
-                                ("soft_cap", x.get("soft_cap") is not None), ("sinks", x.get("sinks") is not None),
-                                ("quantized_kv", dtypes.is_quantized_dtype(k.dtype)), ("gqa", hq != hkv),
-                                ("per_head_scales", 1 in scale_dims), ("per_token_scales", 3 in scale_dims)) if on}
-    qo = np.asarray(x["qo_indptr"], np.int64)
-    table = block_table_inputs(x)
-    space = dict(dtype=dtypes.dtype_name(q.dtype), kv_dtype=dtypes.dtype_name(k.dtype), page_size=int(k.shape[1]),
-                 head_dim=int(q.shape[-1]), num_q_heads=hq, num_kv_heads=hkv, group_size=hq // hkv,
-                 num_seqs=int(len(qo) - 1), q_len=[int(n) for n in np.diff(qo)],
-                 kv_len=[int(n) for n in np.asarray(table["kv_lens"])])
-    return features, space
+    return set(), ({"page_size": int(x["page_size"])} if "page_size" in x else {})
 
 
 #: what a case uses, per op (conformance/goldens.py)
 USES = {op: uses for op in ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "arena_layout",
-                            "slot_mapping_from_arena", "page_table_step", "ragged_paged_attention_csr")}
+                            "slot_mapping_from_arena", "page_table_step")}
 
 
 # --- comparison contract (spec/numerics.md: class E) ------------------------------------------------

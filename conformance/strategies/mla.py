@@ -22,6 +22,7 @@ from kvconform.backends.base import LIMITS, OpClaims
 from .. import strided
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened, without
+from . import goldens
 from . import paged_attention as pa
 from .paged_attention import Variant
 from .values import pick
@@ -33,9 +34,17 @@ VARIANTS = (
     Variant("soft_cap", ("soft_cap",), ("ML-6",)),
     Variant("sinks", ("sinks",), ("ML-6",)),
     Variant("combined", ("sliding_window", "soft_cap", "sinks"), ("ML-6",)),
+    # reach (ML-11): DeepSeek-V3's 128 heads over the one latent head; its latent and RoPE dims (576 in all)
+    Variant("long_heads", (), ("ML-2", "ML-11"), reach="heads"),
+    Variant("long_latent", (), ("ML-3", "ML-4", "ML-11"), reach="head_dim"),
+    # logits of 10^3 .. 10^4 from raw dots past float16's range, Gemma-2's caps, dominating sinks (ML-11)
+    Variant("range", (), ("ML-3", "ML-6", "ML-11", "NU-PA5"), values="range"),
 )
 LATENT_DIMS = (4, 8, 6)      # d_c when the backend accepts any; 6 is not a power of two
 ROPE_DIMS = (2, 4)           # d_r: DeepSeek's is d_c / 8; small here so interpreters stay fast
+#: the long_latent column's (d_c, d_r): DeepSeek-V2/V3's kv_lora_rank 512 and qk_rope_head_dim 64
+#: (deepseek-ai/DeepSeek-V3 config.json), 576 per latent token, not a power of two
+REACH_LATENT = (goldens.REAL_MLA_LATENT, goldens.REAL_MLA_ROPE)
 #: the inputs of the equivalent attention call each MLA input comes from (ML-4)
 _SPLIT = {"q": ("q_nope", "q_pe"), "k_pages": ("c_kv_pages", "k_pe_pages")}
 
@@ -79,8 +88,13 @@ def split_case(case: Case, d_c: int) -> Case:
 def mla_cases(draw, claims: OpClaims, variant: Variant):
     """A valid, clean `mla_paged_attention` call within `claims`, with the options of `variant` on;
     don't-care locations declared as poison regions (ML-7)."""
-    d_c = pick(draw, tuple(claims.head_dims or LATENT_DIMS), "latent dim d_c")
-    d_r = pick(draw, ROPE_DIMS, "RoPE dim d_r")
+    if variant.reach == "head_dim":    # DeepSeek's latent, or the largest claimed latent dims first
+        d_c = pick(draw, tuple(sorted(claims.head_dims, reverse=True)) if claims.head_dims else REACH_LATENT[:1],
+                   "latent dim d_c")
+        d_r = REACH_LATENT[1]
+    else:
+        d_c = pick(draw, tuple(claims.head_dims or LATENT_DIMS), "latent dim d_c")
+        d_r = pick(draw, ROPE_DIMS, "RoPE dim d_r")
     case = draw(pa.attention_cases(_attention_claims(claims, d_c + d_r), variant))
     return split_case(case, d_c)
 
@@ -153,6 +167,10 @@ def up_projected(x: dict, w_uk: np.ndarray, w_uv: np.ndarray) -> dict:
     sm_scale = x.get("sm_scale") or (d_c + d_r) ** -0.5
     return dict(q=np.concatenate([q_orig, q_pe], axis=2), k_pages=keys,
                 v_pages=np.concatenate([values, pad], axis=3), sm_scale=sm_scale, **rest)
+
+
+#: what a golden's case uses (features, claim space), conformance/goldens.py
+USES = {OP: goldens.uses}
 
 
 # --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------

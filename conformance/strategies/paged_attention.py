@@ -24,8 +24,10 @@ from kvconform.reference.kv_layouts import canonical_kv, to_layout
 
 from .. import strided, tolerance
 from ..case import Case, PoisonRegion
-from ..diagnosis import narrowed, widened, without
+from ..diagnosis import narrowed, rows_dropped, widened, without
+from . import attention_reach as ar
 from . import constraints
+from . import goldens
 from .values import floats, pick, quantization_ties, sampled_from, seeds
 
 Q_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -44,8 +46,14 @@ class Variant:
     name: str
     features: tuple[str, ...]
     clauses: tuple[str, ...]
-    long: bool = False    # hundreds of keys per sequence: multi-block online softmax, split-KV, combine
+    reach: str = ""       # a size regime of REACH ("keys", "pages", ...): few examples of large shapes
+    values: str = ""      # "range": inputs at the magnitudes real models produce (spec: "Reach")
     layout: str = ""      # the cache handed to the op in this layout (PA-39), when claimed
+
+    @property
+    def long(self) -> bool:
+        """A size-reach column: long sequences, many pages, heads, head dims or rows."""
+        return bool(self.reach)
 
     def __str__(self) -> str:
         return self.name
@@ -60,9 +68,20 @@ ATTENTION_VARIANTS = (
     Variant("return_scores", ("return_scores",), ("PA-21", "PA-22", "PA-23")),
     # Features interact in real kernels (the cap before the window mask, the sink in a split-KV
     # combine, scales with a cap): one column turns them all on together.
-    Variant("combined", ("sliding_window", "soft_cap", "sinks", "quantized_kv"),
+    # (float KV too: quantized only where claimed, so float-only kernels get the three options together)
+    Variant("combined", ("sliding_window", "soft_cap", "sinks"),
             ("PA-15", "PA-16", "PA-17", "PA-18", "PA-19")),
-    Variant("long", (), ("PA-6", "PA-7", "PA-14"), long=True),
+    # Size reach (spec "Reach: sizes and values drawn"): each column crosses one group of thresholds with few
+    # examples; `long` is hundreds of keys (multi-block online softmax, split-KV and its combine).
+    Variant("long", (), ("PA-6", "PA-7", "PA-14", "PA-51"), reach="keys"),
+    Variant("long_pages", (), ("PA-10", "PA-11", "PA-51"), reach="pages"),
+    Variant("long_page_size", (), ("PA-10", "PA-51"), reach="page_size"),
+    Variant("long_heads", (), ("PA-12", "PA-51"), reach="heads"),
+    Variant("long_head_dim", (), ("PA-14", "PA-51"), reach="head_dim"),
+    Variant("long_batch", (), ("PA-4", "PA-5", "PA-51"), reach="batch"),
+    # Value reach: logits past float16's range, Gemma-2's soft caps, dominating sinks, fp8/int8 caches at
+    # their largest values (each option where claimed)
+    Variant("range", (), ("PA-14", "PA-16", "PA-17", "PA-19", "PA-52", "NU-PA5"), values="range"),
     # scales per KV head and per token and head beside the pages (PA-48)
     Variant("per_head_scales", ("quantized_kv", "per_head_scales"), ("PA-18", "PA-19", "PA-48")),
     Variant("per_token_scales", ("quantized_kv", "per_token_scales"), ("PA-18", "PA-19", "PA-48")),
@@ -78,12 +97,20 @@ WRITE_VARIANTS = (
     Variant("quantized_kv", ("quantized_kv",), ("PA-44",)),
     Variant("per_head_scales", ("quantized_kv", "per_head_scales"), ("PA-44", "PA-48")),
     Variant("per_token_scales", ("quantized_kv", "per_token_scales"), ("PA-44", "PA-48")),
+    # key rows past the slot mapping (serving stacks pad k/v for captured graphs, PA-50)
+    Variant("padded_tokens", (), ("PA-41", "PA-50")),
+    Variant("long", (), ("PA-40", "PA-51"), reach="tokens"),
+    # values at and past the storage format's limits, scales near the smallest normal (quantized pools where
+    # claimed)
+    Variant("range", (), ("PA-43", "PA-44", "PA-52", "NU-PA5"), values="range"),
 )
-#: long column: keys per sequence when the backend documents no split-KV threshold (OpClaims.limits
-#: "split_kv_min_keys"); several 16-token pages per kernel tile and several tiles per sequence.
-LONG_KEYS = (300, 97, 160, 513)
-LONG_MAX_KEYS = 640
-LONG_BUDGET = 0.3           # share of the profile's examples: each long call costs far more
+#: the long column's share of the profile's examples (ci: 3): each long call costs far more
+LONG_BUDGET = 0.12
+#: the other size-reach columns: one example each in ci (round(25 * 0.04)), ten in thorough
+REACH_BUDGET = 0.04
+RANGE_BUDGET = 0.08         # the range column: base-sized calls, 2 examples in ci (the first: 16-bit)
+PADDED_BUDGET = 0.2         # write_kv's padded_tokens column: one form of the base column, 5 examples in ci
+
 #: integer poison for metadata PA-24 / PA-5 declare ignored: far out of range of any page pool or length
 METADATA_POISON = np.int32(2 ** 30)
 
@@ -100,33 +127,33 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _long_lengths(draw, claims: OpClaims, num_seqs: int, page_size: int, q_len_options, max_kv: int):
-    """(q_lens, kv_lens) of the long column: decode rows and short prefills over hundreds of keys,
-    on both sides of the backend's split-KV threshold when it documents one."""
-    split = claims.limits.get("split_kv_min_keys")
-    keys = LONG_KEYS if not split else (int(split), int(split) - 1, int(split) + page_size + 1,
-                                        2 * int(split) + 3)
-    keys = tuple(k for k in keys if k <= max_kv) or (max_kv,)
-    first = tuple(q for q in (1, 17, 2) if constraints.admits(claims.limits.get("q_len"), q)) or q_len_options
-    rest = tuple(q for q in (1, 0, 2, 17) if constraints.admits(claims.limits.get("q_len"), q)) or q_len_options
-    q_lens, kv_lens = [], []
-    for i in range(num_seqs):
-        q_len = draw(sampled_from(rest if i else first))
-        kv = draw(st.one_of(st.sampled_from(keys), st.integers(min(64, max_kv), min(LONG_MAX_KEYS, max_kv)))) \
-            if i == 0 else draw(st.integers(min(q_len, max_kv), min(80, max_kv)))
-        assume(q_len <= max_kv)
-        q_lens.append(q_len)
-        kv_lens.append(max(kv, q_len))
-    return q_lens, kv_lens
-
-
 #: query heads per KV head (PA-12): non-powers of two (3, 6: Qwen's 12/2) and Llama's 32/8 = 4, up to 8
 GROUP_SIZES = (1, 2, 3, 4, 6, 8)
 #: KV head counts of the many_kv_heads column: blocks of 8 * packing combined rows split them (PA-47)
 MANY_KV_HEADS = (8, 16, 32)
 MANY_HEADS_BUDGET = 0.3
-#: shard counts of the head_sharding column when the backend states no `num_shards` limit
-DEFAULT_SHARDS = (2, 4)
+
+
+def example_share(variant: Variant) -> float:
+    """The share of the profile's examples a differential test of `variant` runs (the harness budget):
+    size-reach columns are few examples of large shapes, the range column base-sized calls."""
+    if variant.reach == "keys":
+        return LONG_BUDGET
+    if variant.long:
+        return REACH_BUDGET
+    if variant.values:
+        return RANGE_BUDGET
+    if variant.name == "padded_tokens":
+        return PADDED_BUDGET
+    if variant.name in ("many_kv_heads", "head_sharding"):
+        return MANY_HEADS_BUDGET
+    return 1.0
+
+
+#: shard counts of the head_sharding column when the backend states no `num_shards` limit (2, 4, 8 chips)
+DEFAULT_SHARDS = (2, 4, 8)
+#: KV heads per shard in the head_sharding column (PA-49): one (8 KV heads on 8 chips), two and four
+KV_HEADS_PER_SHARD = (1, 2, 4)
 #: features whose inputs are split with the heads (sinks per query head, scales per KV head) or summed
 #: over shards (scores): the head_sharding column turns each on at random where claimed (PA-49)
 SHARDED_FEATURES = ("sinks", "return_scores", "per_head_scales")
@@ -135,9 +162,13 @@ SHARDED_FEATURES = ("sinks", "return_scores", "per_head_scales")
 def _head_counts(claims: OpClaims, variant: Variant, shards: int = 1) -> tuple[tuple[int, int], ...]:
     """(Hkv, group) pairs within the head-count claims: Hkv 1..3 (Hkv = 1: one KV head for all), groups
     of GROUP_SIZES where `gqa` is claimed (else 1), Hq = Hkv * group within num_q_heads. Split over
-    `shards` > 1 devices (PA-49): Hkv in {shards, 2 * shards}, one or two KV heads per shard."""
+    `shards` > 1 devices (PA-49): Hkv = shards * KV_HEADS_PER_SHARD, one, two or four KV heads per shard. The
+    long_heads column draws attention_reach.REACH_HEADS and the head counts a claim lists past them."""
+    if variant.reach == "heads":
+        return ar.head_counts(claims)
     if shards > 1:
-        hkvs = constraints.allowed(claims, "num_kv_heads", (shards, 2 * shards), "KV head count")
+        hkvs = constraints.allowed(claims, "num_kv_heads", tuple(shards * n for n in KV_HEADS_PER_SHARD),
+                                   "KV head count")
         hkvs = tuple(h for h in hkvs if h % shards == 0)
         groups = GROUP_SIZES
     elif variant.name == "many_kv_heads":
@@ -161,45 +192,54 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     Every don't-care location is declared as a poison region (PA-24, PA-25, PA-5); the inputs hold
     finite values there. Regions: q_padding, k_tail, v_tail, unused_pages, hidden_kv (keys no row of
     the call can see), table_tail (page-table entries past the used pages), spare_metadata (rows of
-    sequences >= num_seqs). A layout column hands the same (clean) cache in that layout (PA-39)."""
+    sequences >= num_seqs). A layout column hands the same (clean) cache in that layout (PA-39). Size-reach
+    columns (variant.reach) draw the shapes of attention_reach within the claims; the range column its
+    values (attention_reach.range_values)."""
     if variant.layout and variant.layout not in (claims.layouts or ()):
         pytest.skip(f"unsupported: layout {variant.layout!r} is not claimed (layouts: {list(claims.layouts)})")
     shards = 1
     if "head_sharding" in variant.features:
         shards = pick(draw, constraints.allowed(claims, "num_shards", DEFAULT_SHARDS, "shard count"), "shard count")
         variant = _with_sharded_features(draw, claims, variant)
-    kv_pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
-    if variant.name == "many_kv_heads" and "quantized_kv" in claims.features:
+    q_dtypes, kv_pool = Q_DTYPES, QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
+    if variant.name in ("many_kv_heads", "combined", "range") and "quantized_kv" in claims.features:
         kv_pool = FLOAT_KV_DTYPES + QUANT_KV_DTYPES     # head blocks of 8-bit caches tile 32 rows (PA-47)
-    q_dtype, kv_dtype = pick(draw, constraints.dtype_pairs(claims, Q_DTYPES, kv_pool, f"variant {variant.name}"),
+    if variant.values == "range":   # 16-bit activations first: their range is the one real logits pass
+        q_dtypes, kv_pool = ar.RANGE_Q_DTYPES, tuple(sorted(kv_pool, key=ar.RANGE_KV_ORDER.index))
+    q_dtype, kv_dtype = pick(draw, constraints.dtype_pairs(claims, q_dtypes, kv_pool, f"variant {variant.name}"),
                              "(q, KV) dtypes")
     top = claims.limits.get("max_head_dim")
     if variant.long:
-        sizes = tuple(p for p in (claims.page_sizes or (16, 8)) if p >= 4) or tuple(claims.page_sizes)
-        head_dims = claims.head_dims or (8, 4)
+        sizes, head_dims = ar.page_sizes(claims, variant.reach), ar.head_dims(claims, variant.reach, variant.name, top)
     else:
-        sizes = claims.page_sizes or DEFAULT_PAGE_SIZES
+        sizes = constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES)
         head_dims = claims.head_dims or (DEFAULT_HEAD_DIMS[:1] if variant.name == "many_kv_heads"
                                          else DEFAULT_HEAD_DIMS)
-    page_size = pick(draw, constraints.allowed(claims, "page_size", sizes), "page size")
-    head_dim = pick(draw, constraints.allowed(claims, "head_dim", [d for d in head_dims if top is None or d <= top]),
-                    "head dim")
+        head_dims = constraints.allowed(claims, "head_dim", [d for d in head_dims if top is None or d <= top])
+    page_size = pick(draw, sizes, "page size")
+    head_dim = pick(draw, head_dims, "head dim")
     hkv, group = pick(draw, _head_counts(claims, variant, shards), "(Hkv, group)")
     hq = hkv * group
 
     # Ragged batch (PA-4, PA-5): empty, decode (q_len 1) and prefill (no context) sequences all occur.
     if variant.name in ("many_kv_heads", "head_sharding"):
         max_seqs, max_q_len, max_context = 2, 2, 5    # many heads already make each call costly
-    num_seqs = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if variant.long else max_seqs)))
-    spare_rows = draw(st.integers(0, 1))       # kv_lens / page_indices rows past num_seqs
     max_kv = constraints.upper(claims, "max_kv_len", 1 << 30)
     q_len_options = constraints.allowed(claims, "q_len", range(0, max_q_len + 1), "query rows per sequence")
-    if variant.long:
-        q_lens, kv_lens = _long_lengths(draw, claims, num_seqs, page_size, q_len_options, max_kv)
+    if variant.reach == "keys":
+        num_seqs = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2)))
+        q_lens, kv_lens = ar.long_lengths(draw, claims, num_seqs, page_size, q_len_options, max_kv)
+    elif variant.long:
+        q_lens, kv_lens = ar.lengths(draw, claims, variant.reach, page_size, q_len_options, max_kv)
+        num_seqs = len(q_lens)
     else:
+        num_seqs = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", max_seqs)))
+        if variant.values == "range":   # every sequence has rows: the column's values are in its logits
+            q_len_options = ar.q_lens_admitted(claims, (1, 2, 3), q_len_options)
         q_lens = [draw(sampled_from(q_len_options)) for _ in range(num_seqs)]
         assume(max(q_lens) <= max_kv)
         kv_lens = [q + draw(st.integers(0, max(0, min(max_context, max_kv - q)))) for q in q_lens]
+    spare_rows = draw(st.integers(0, 1))       # kv_lens / page_indices rows past num_seqs
     used = [_cdiv(n, page_size) for n in kv_lens]
     pages_per_seq = max(used + [1]) + draw(st.integers(0, 1))
     spare_pages = draw(st.integers(1, 2))
@@ -223,7 +263,7 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     T = int(cu[num_seqs]) + pad_rows
 
     kwargs = {}
-    if draw(st.booleans()):
+    if variant.values != "range" and draw(st.booleans()):
         kwargs["sm_scale"] = draw(sampled_from((0.5, 1.0, 0.125, 2.0)))
     q_max_exp = 1
     if "sliding_window" in variant.features:
@@ -241,6 +281,7 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         kwargs["v_scale"] = draw(sampled_from(SCALES))
     scale_shape = _scale_shape(variant, num_pages, page_size, hkv)
     sink_mode = draw(sampled_from(("finite", "one_minus_inf"))) if "sinks" in variant.features else None
+    options = ar.range_options(draw, claims) if variant.values == "range" else {}
     if "return_scores" in variant.features:
         kwargs["return_scores"] = True
     if shards > 1:
@@ -262,8 +303,12 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
 
     inputs = dict(q=q, k_pages=k_pages, v_pages=v_pages, kv_lens=kv, page_indices=page_indices,
                   cu_q_lens=cu, num_seqs=num_seqs, **kwargs)
+    if variant.values == "range":
+        inputs = ar.range_values(rng, inputs, q_lens, options)
     params = dict(dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hq=hq, hkv=hkv,
                   num_seqs=num_seqs, q_lens=q_lens, kv_lens=kv_lens, variant=variant.name)
+    if options:
+        params["range"] = sorted(options)
     if shards > 1:
         params["num_shards"] = shards
     case = Case("ragged_paged_attention", inputs, params, seed,
@@ -300,15 +345,15 @@ def canonical_inputs(x: dict) -> dict:
     return dict(x, k_pages=k, v_pages=v, kv_layout="separate")
 
 
-def token_scales(scale, slot_mapping: np.ndarray, page_size: int):
-    """The scale each token of a write_kv call is stored with, broadcastable to k [N, Hkv, D] (PA-48);
-    skipped tokens (slot < 0) get the scale of slot 0 (they are never stored)."""
+def token_scales(scale, slot_mapping: np.ndarray, page_size: int, padding: int = 0):
+    """The scale each token of a write_kv call is stored with, broadcastable to k [N + padding, Hkv, D]
+    (PA-48); skipped tokens (slot < 0) and padding rows (PA-50) get the scale of slot 0 (never stored)."""
     if np.ndim(scale) == 0:
         return scale
     scale = np.asarray(scale, np.float32)
     if scale.ndim == 1:
         return scale[None, :, None]
-    slots = np.maximum(slot_mapping, 0)
+    slots = np.maximum(np.concatenate([slot_mapping, np.zeros(padding, slot_mapping.dtype)]), 0)
     return scale[slots // page_size, slots % page_size][:, :, None]
 
 
@@ -378,34 +423,62 @@ def attention_poison_regions(x: dict, used: list[int], unused_pages) -> tuple[Po
 
 @st.composite
 def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int = 6):
-    """A valid `write_kv` call: distinct slots, some skipped (-1), pools holding poison that must stay."""
+    """A valid `write_kv` call: distinct slots, some skipped (-1), pools holding poison that must stay.
+    The padded_tokens column hands k/v with more rows than slot_mapping entries (PA-50); the long column
+    hundreds of tokens of wide rows (Hkv * D past one 1024-element block) into pages that are not powers
+    of two; the range column values at and past the storage format's limits (PA-52)."""
     pool = QUANT_KV_DTYPES if "quantized_kv" in variant.features else FLOAT_KV_DTYPES
-    x_dtype, kv_dtype = pick(draw, constraints.dtype_pairs(claims, Q_DTYPES, pool, f"variant {variant.name}"),
+    x_dtypes = Q_DTYPES
+    if variant.values == "range":   # quantized pools first (their limits), float32 activations (the widest)
+        pool = tuple(sorted(FLOAT_KV_DTYPES + (QUANT_KV_DTYPES if "quantized_kv" in claims.features else ()),
+                            key=ar.RANGE_WRITE_POOLS.index))
+    x_dtype, kv_dtype = pick(draw, constraints.dtype_pairs(claims, x_dtypes, pool, f"variant {variant.name}"),
                              "(k/v, KV) dtypes")
-    page_size = pick(draw, constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES),
-                     "page size")
-    head_dim = pick(draw, constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS),
-                    "head dim")
-    hkv = pick(draw, constraints.allowed(claims, "num_kv_heads", range(1, 4), "KV head count"), "Hkv")
-    num_pages = draw(st.integers(1, constraints.upper(claims, "max_pages", 3)))
-    capacity = num_pages * page_size
-    # A list of unique slots drawn freely is empty in ~60% of Hypothesis's draws, so most calls would
-    # write nothing: the token count and the written count are drawn instead, a call writing nothing
-    # (no tokens, or only skipped ones) stays about one draw in 16.
-    n = 0 if draw(st.integers(0, 15)) == 15 else draw(st.integers(1, min(max_tokens, capacity + 2)))
-    live = draw(st.integers(min(n, 1), min(n, capacity)))
-    if n and draw(st.integers(0, 15)) == 15:
-        live = 0
-    slots = draw(st.lists(st.integers(0, capacity - 1), min_size=live, max_size=live, unique=True))
-    skipped = n - live
-    order = draw(st.permutations(list(slots) + [-1] * skipped))
-    slot_mapping = np.asarray(order, dtype=np.int32).reshape(-1)
+    if variant.long:
+        sizes = ar.first_non_pow2(claims.page_sizes) if claims.page_sizes else \
+            constraints.reach(claims, "page_size", ar.BIG_PAGE_SIZES + (12,), "page size")
+        dims = ar.first_non_pow2(claims.head_dims) if claims.head_dims else \
+            constraints.reach(claims, "head_dim", ar.REACH_WRITE_HEAD_DIMS, "head dim")
+        heads = constraints.reach(claims, "num_kv_heads", ar.REACH_WRITE_KV_HEADS, "KV head count")
+    else:
+        sizes = constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES)
+        dims = constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS)
+        heads = constraints.allowed(claims, "num_kv_heads", range(1, 4), "KV head count")
+    page_size = pick(draw, sizes, "page size")
+    head_dim = pick(draw, dims, "head dim")
+    hkv = pick(draw, heads, "Hkv")
+    if variant.long:
+        # Hundreds of tokens (attention_reach.REACH_WRITE_TOKENS), most written, slots from a seed (a drawn
+        # list of hundreds of unique slots would make shrinking crawl); pools of one page and more
+        n = draw(st.integers(*ar.REACH_WRITE_TOKENS))
+        num_pages = min(_cdiv(n, page_size) + draw(st.integers(0, 1)), constraints.upper(claims, "max_pages", 1 << 20))
+        capacity = num_pages * page_size
+        live = min(n - draw(st.integers(0, 8)), capacity)
+        slot_rng = np.random.default_rng(draw(seeds))
+        slot_mapping = np.full(n, -1, np.int32)
+        slot_mapping[slot_rng.permutation(n)[:live]] = slot_rng.choice(capacity, live, replace=False)
+    else:
+        num_pages = draw(st.integers(1, constraints.upper(claims, "max_pages", 3)))
+        capacity = num_pages * page_size
+        # A list of unique slots drawn freely is empty in ~60% of Hypothesis's draws, so most calls would
+        # write nothing: the token count and the written count are drawn instead, a call writing nothing
+        # (no tokens, or only skipped ones) stays about one draw in 16.
+        n = 0 if draw(st.integers(0, 15)) == 15 else draw(st.integers(1, min(max_tokens, capacity + 2)))
+        live = draw(st.integers(min(n, 1), min(n, capacity)))
+        if n and draw(st.integers(0, 15)) == 15:
+            live = 0
+        slots = draw(st.lists(st.integers(0, capacity - 1), min_size=live, max_size=live, unique=True))
+        order = draw(st.permutations(list(slots) + [-1] * (n - live)))
+        slot_mapping = np.asarray(order, dtype=np.int32).reshape(-1)
+    padding = draw(st.integers(1, 8)) if variant.name == "padded_tokens" else 0   # key rows past N (PA-50)
     kwargs = {}
     big = 1
     boundary = False
-    if dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype)):
-        kwargs["k_scale"] = draw(sampled_from(SCALES + BOUNDARY_SCALES))
-        kwargs["v_scale"] = draw(sampled_from(SCALES + BOUNDARY_SCALES))
+    quantized = dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype))
+    if quantized:
+        scales = ar.RANGE_WRITE_SCALES if variant.values == "range" else SCALES + BOUNDARY_SCALES
+        kwargs["k_scale"] = draw(sampled_from(scales))
+        kwargs["v_scale"] = draw(sampled_from(scales))
         big = 9   # reach saturation of the storage format (PA-44)
         # values within an ulp of the format's rounding ties and saturation edges (PA-44)
         boundary = draw(st.integers(0, 2)) > 0   # booleans() came out True in only ~1 draw in 5 here
@@ -414,25 +487,32 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     rng = np.random.default_rng(seed)
     k_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
     v_pages = floats(rng, (num_pages, page_size, hkv, head_dim), kv_dtype)
-    k = floats(rng, (len(slot_mapping), hkv, head_dim), x_dtype, max_exp=big)
-    v = floats(rng, (len(slot_mapping), hkv, head_dim), x_dtype, max_exp=big)
+    rows = len(slot_mapping) + padding
+    k = floats(rng, (rows, hkv, head_dim), x_dtype, max_exp=big)
+    v = floats(rng, (rows, hkv, head_dim), x_dtype, max_exp=big)
     if scale_shape is not None:   # PA-48: per KV head, or per slot and KV head beside the pages
         kwargs["k_scale"] = rng.choice(np.array(SCALES + BOUNDARY_SCALES, np.float32), size=scale_shape)
         kwargs["v_scale"] = rng.choice(np.array(SCALES + BOUNDARY_SCALES, np.float32), size=scale_shape)
     if boundary:
-        k, v = (quantization_ties(rng, a, kv_dtype, token_scales(kwargs[s], slot_mapping, page_size))
+        k, v = (quantization_ties(rng, a, kv_dtype, token_scales(kwargs[s], slot_mapping, page_size, padding))
                 for a, s in ((k, "k_scale"), (v, "v_scale")))
+    if variant.values == "range":
+        k, v = (ar.past_limits(rng, a, kv_dtype, kwargs.get(s)) for a, s in ((k, "k_scale"), (v, "v_scale")))
     inputs = dict(k_pages=k_pages, v_pages=v_pages, k=k, v=v, slot_mapping=slot_mapping, **kwargs)
     params = dict(dtype=x_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hkv=hkv,
                   num_pages=num_pages, tokens=len(slot_mapping), variant=variant.name)
-    # Skipped tokens are never read (PA-41); unwritten slots keep whatever they hold, poison included,
-    # bit for bit (PA-45).
+    if padding:
+        params["padding_rows"] = padding
+    # Skipped tokens and padding rows are never read (PA-41, PA-50); unwritten slots keep whatever they hold,
+    # poison included, bit for bit (PA-45).
     skipped = np.flatnonzero(slot_mapping < 0)
     unwritten = np.ones(num_pages * page_size, dtype=bool)
     unwritten[slot_mapping[slot_mapping >= 0]] = False
     keep = (unwritten & (rng.random(unwritten.size) < 0.5)).reshape(num_pages, page_size)
     poison = tuple(PoisonRegion("skipped_tokens", name, (skipped,), "PA-41", "k/v rows of skipped tokens")
                    for name in ("k", "v")) + \
+        tuple(PoisonRegion("padding_rows", name, (slice(len(slot_mapping), None),), "PA-50",
+                           "k/v rows past the slot mapping") for name in ("k", "v") if padding) + \
         tuple(PoisonRegion("unwritten_slots", name, keep, "PA-45", "pool slots no token writes")
               for name in ("k_pages", "v_pages"))
     poison = with_scale_regions(list(poison), inputs)
@@ -557,7 +637,10 @@ def _attention_diagnosis(case: Case) -> list:
              widened(case, ("q",), "q widened to float32"),
              widened(case, ("k_pages", "v_pages"), "K/V widened to float32"),
              narrowed(case, ("q",), "q values rounded to bfloat16 (dtype kept)"),
-             narrowed(case, ("k_pages", "v_pages"), "K/V values rounded to bfloat16 (dtype kept)")]
+             narrowed(case, ("k_pages", "v_pages"), "K/V values rounded to bfloat16 (dtype kept)"),
+             rows_dropped(case, "padding rows off", ("q",),
+                          np.arange(len(x["q"])) < int(np.asarray(x["cu_q_lens"])[int(x["num_seqs"])])),
+             _without_empty_sequences(case)]
     if x.get("kv_layout", "separate") != "separate":
         found.append(("cache in the separate layout", dict_case(case, canonical_inputs(x))))
         return [v for v in found if v is not None]
@@ -570,6 +653,21 @@ def _attention_diagnosis(case: Case) -> list:
             found.append(without(case, "one scale per tensor", k_scale=np.float32(np.ravel(x["k_scale"])[0]),
                                  v_scale=np.float32(np.ravel(x["v_scale"])[0])))
     return [v for v in found if v is not None]
+
+
+def _without_empty_sequences(case: Case) -> tuple[str, Case] | None:
+    """A variation without the counted sequences that have no query row (PA-8 allows them): their
+    kv_lens and page_indices rows dropped and num_seqs lowered; the q rows stay as they are."""
+    x = case.inputs
+    n, cu = int(x["num_seqs"]), np.asarray(x["cu_q_lens"])
+    keep = np.ones(len(np.asarray(x["kv_lens"])), bool)
+    keep[:n] = np.diff(cu[:n + 1]) > 0
+    if keep[:n].all() or not keep[:n].any():
+        return None
+    kept_cu = np.concatenate([cu[:1], cu[1:n + 1][keep[:n]], cu[n + 1:]]).astype(cu.dtype)
+    return "sequences without query rows dropped", dict_case(case, dict(
+        kv_lens=np.asarray(x["kv_lens"])[keep], page_indices=np.asarray(x["page_indices"])[keep],
+        cu_q_lens=kept_cu, num_seqs=int(keep[:n].sum())))
 
 
 def _write_kv_diagnosis(case: Case) -> list:
@@ -593,6 +691,8 @@ DIAGNOSIS = {"ragged_paged_attention": _attention_diagnosis, "write_kv": _write_
 #: inputs the history property redraws (same shapes and metadata, other values)
 HISTORY_INPUTS = {"ragged_paged_attention": ("q", "k_pages", "v_pages"),
                   "write_kv": ("k", "v", "k_pages", "v_pages")}
+#: what a golden's case uses (features, claim space), conformance/goldens.py
+USES = {"ragged_paged_attention": goldens.uses, "write_kv": goldens.write_uses}
 
 
 # --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------

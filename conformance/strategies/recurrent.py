@@ -46,7 +46,7 @@ from kvconform.reference.recurrent.selective_state import effective_dt
 
 from .. import strided, tolerance
 from ..case import Case, PoisonRegion
-from ..diagnosis import widened, without
+from ..diagnosis import rows_dropped, widened, without
 from . import constraints
 from . import recurrent_reach as reach
 from .values import floats, pick, sampled_from, seeds
@@ -955,14 +955,24 @@ def uses(case: Case) -> tuple[set, dict]:
 _ACTIVATIONS = ("x", "weight", "bias", "dt", "A", "B", "C", "z", "D", "dt_bias", "r", "k", "v", "w", "u")
 
 
+#: the per-row inputs of the one-token ops, whose padding rows (state index -1, RS-3) "padding rows off" drops
+_ROW_INPUTS = {"causal_conv1d_update": ("x", "state_indices"),
+               "selective_state_update": ("x", "dt", "z", "B", "C", "state_indices"),
+               "gated_delta_rule_update": ("q", "k", "v", "g", "beta", "state_indices")}
+
+
 def _recurrent_diagnosis(case: Case) -> list:
-    """Each optional term off, activations widened exactly to float32, the chunking hint at its ends."""
-    found = [without(case, "bias off", bias=None), without(case, "silu off", activation=None),
+    """Each optional term off, activations widened exactly to float32, padding rows dropped, the chunking
+    hint at its ends."""
+    idx = case.inputs.get("state_indices")
+    found = [rows_dropped(case, "padding rows off", _ROW_INPUTS[case.op], np.asarray(idx) != -1)
+             if case.op in _ROW_INPUTS and isinstance(idx, np.ndarray) else None,
+             without(case, "bias off", bias=None), without(case, "silu off", activation=None),
              without(case, "z gate off", z=None), without(case, "D skip off", D=None),
              without(case, "dt_bias off", dt_bias=None), without(case, "dt_softplus off", dt_softplus=False),
              without(case, "snapshots off", num_snapshots=None),
              widened(case, _ACTIVATIONS, "activations widened to float32")]
-    if case.op == "ssd_chunked_scan":
+    if case.op in ("ssd_chunked_scan", "gated_delta_rule_chunked"):   # the chunking hint (RS-18, RS-33)
         found += [without(case, "one chunk per sequence (chunk_size 64)", chunk_size=64),
                   without(case, "token by token (chunk_size 1)", chunk_size=1)]
     return [v for v in found if v is not None and not (v[0] == "dt_softplus off" and

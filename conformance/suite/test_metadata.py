@@ -21,6 +21,7 @@ from kvconform.conformance.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import metadata as md
+from kvconform.conformance.strategies import goldens as attention_goldens
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import metadata as md_bad
 from kvconform.reference.metadata import ArenaLayout, BlockTable, CsrPageTable
@@ -112,44 +113,10 @@ def golden_arena_layout():
     return case, ArenaLayout(a(16, 32, 48, 48, dtype=I64), np.array(52, I64), np.array(64, I64))
 
 
-def golden_attention_csr():
-    """P = 2, one KV head, D = 2. Sequence 0: pages [1, 0], kv_len (2-1)*2 + 1 = 3, one query row at
-    position 2 with q = 0: equal weights over keys 0..2, out = mean(v) = ([3,0] + [0,3] + [3,3]) / 3
-    = [2, 2]; slot 1 of page 0 (past the last-page length) holds 100 and must not be read. Sequence 1
-    is empty with no rows (MD-3, MD-23)."""
-    k = np.zeros((2, 2, 1, 2), np.float32)
-    v = np.zeros((2, 2, 1, 2), np.float32)
-    v[1, 0, 0], v[1, 1, 0], v[0, 0, 0], v[0, 1, 0] = (3, 0), (0, 3), (3, 3), (100, 100)
-    case = Case("ragged_paged_attention_csr",
-                dict(q=np.zeros((1, 1, 2), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, 1),
-                     kv_indptr=a(0, 2, 2), kv_indices=a(1, 0), kv_last_page_len=a(1, 0)),
-                dict(dtype="float32", kv_dtype="float32", page_size=2, head_dim=2, hq=1, num_seqs=2, layout="csr"))
-    return case, np.array([[[2.0, 2.0]]])
-
-
-def golden_attention_csr_16():
-    """The same at real sizes: P = 16, one KV head, D = 128. Sequence 0: pages [1, 0], kv_len 16 + 1 = 17,
-    one query row at position 16 with q = 0: equal weights over keys 0..16, out = mean(v): v is zero but
-    for key 0 (page 1, slot 0) = 17 in dim 126 and key 16 (page 0, slot 0) = 34 in dim 127, so out is
-    zero but for dims 126, 127 = (17 / 17, 34 / 17) = (1, 2); slots 1..15 of page 0 hold 100 and must not
-    be read. Sequence 1 is empty with no rows (MD-3, MD-23)."""
-    P, D = 16, 128
-    k = np.zeros((2, P, 1, D), np.float32)
-    v = np.zeros((2, P, 1, D), np.float32)
-    v[0, 1:] = 100.0
-    v[1, 0, 0, D - 2], v[0, 0, 0, D - 1] = 17.0, 34.0
-    case = Case("ragged_paged_attention_csr",
-                dict(q=np.zeros((1, 1, D), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, 1),
-                     kv_indptr=a(0, 2, 2), kv_indices=a(1, 0), kv_last_page_len=a(1, 0)),
-                dict(dtype="float32", kv_dtype="float32", page_size=P, head_dim=D, hq=1, num_seqs=2, layout="csr"))
-    expected = np.zeros((1, 1, D))
-    expected[0, 0, D - 2:] = (1.0, 2.0)
-    return case, expected
-
-
 _MD = ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6")
-#: every golden requires exactly what its case uses (md.USES: the page size where the op takes one, the
-#: attention features and dimensions of the CSR call; tests/engine/test_golden_requirements.py checks)
+#: every golden requires exactly what its case uses (md.USES: the page size where the op takes one;
+#: tests/engine/test_golden_requirements.py checks); the CSR attention golden is the attention family's
+#: (test_attention_csr_golden below, strategies/goldens.py)
 GOLDENS = (
     Golden("block_table_to_csr", "block_table_to_csr", goldens.fixed(golden_block_table_to_csr), _MD),
     Golden("block_table_to_csr_16", "block_table_to_csr", goldens.fixed(golden_block_table_to_csr_16), _MD),
@@ -165,9 +132,6 @@ GOLDENS = (
            ("MD-8", "MD-10")),
     Golden("from_arena_16", "slot_mapping_from_arena",
            goldens.fixed(lambda: _from_arena(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16)), ("MD-8", "MD-10")),
-    Golden("attention_csr", "ragged_paged_attention_csr", goldens.fixed(golden_attention_csr), ("MD-3", "MD-23")),
-    Golden("attention_csr_16", "ragged_paged_attention_csr", goldens.fixed(golden_attention_csr_16),
-           ("MD-3", "MD-23")),
 )
 
 test_block_table_to_csr_golden = goldens.suite_test("block_table_to_csr", GOLDENS, md.USES["block_table_to_csr"])
@@ -176,8 +140,7 @@ test_append_slot_mapping_golden = goldens.suite_test("append_slot_mapping", GOLD
 test_arena_layout_golden = goldens.suite_test("arena_layout", GOLDENS, md.USES["arena_layout"])
 test_slot_mapping_from_arena_golden = goldens.suite_test("slot_mapping_from_arena", GOLDENS,
                                                          md.USES["slot_mapping_from_arena"])
-test_attention_csr_golden = goldens.suite_test("ragged_paged_attention_csr", GOLDENS,
-                                               md.USES["ragged_paged_attention_csr"])
+
 
 
 def _manager_script():
@@ -478,13 +441,48 @@ test_page_table_step_rejects = _errors("page_table_step")
 
 # --- MD-23: attention over the CSR layout ------------------------------------------------------------
 
+def csr_golden(page_size: int = 2, head_dim: int = 2, *, empty: bool = True) -> Case:
+    """One KV head; values in the first two dims (the rest 0). Sequence 0 holds 3 keys with v = [3,0],
+    [0,3], [3,3] on its pages in reverse physical order (page_size 2: pages [1, 0], last-page length 1;
+    a page of 3 or more: one page, length 3); the slot after the last key holds 100 and must not be read.
+    One query row at position 2 with q = 0: equal weights, out = mean(v) = [2, 2]. With `empty`, a sequence
+    with no rows and no pages follows (MD-4)."""
+    values = ((3, 0), (0, 3), (3, 3))
+    pages = -(-len(values) // page_size)
+    k = np.zeros((pages, page_size, 1, head_dim), np.float32)
+    v = np.zeros_like(k)
+    for j, row in enumerate(values):
+        v[pages - 1 - j // page_size, j % page_size, 0, :2] = row
+    last = len(values) - (pages - 1) * page_size
+    if last < page_size:
+        v[0, last, 0, :2] = (100, 100)
+    tail = 1 if empty else 0
+    return Case("ragged_paged_attention_csr",
+                dict(q=np.zeros((1, 1, head_dim), np.float32), k_pages=k, v_pages=v, qo_indptr=a(0, 1, *[1] * tail),
+                     kv_indptr=a(0, pages, *[pages] * tail), kv_indices=a(*range(pages - 1, -1, -1)),
+                     kv_last_page_len=a(last, *[0] * tail)),
+                dict(dtype="float32", kv_dtype="float32", page_size=page_size, head_dim=head_dim, hq=1,
+                     num_seqs=1 + tail, layout="csr"))
+
+
+@conformance_test(op="ragged_paged_attention_csr", layer="golden", clauses=("MD-3", "MD-23"))
+@pytest.mark.parametrize("form", ("small", "real"))
+def test_attention_csr_golden(kvc, form):
+    """csr_golden at page size 2 and head dim 2, and at the real head dim and page size of the block-table
+    goldens (strategies/goldens.py REAL_HEAD_DIM, REAL_PAGE_SIZE; without the empty sequence, so that kernels that take
+    none run it too): the mean of three values on CSR-listed pages."""
+    claims = kvc.claims()
+    case = csr_golden() if form == "small" else csr_golden(attention_goldens.REAL_PAGE_SIZE, attention_goldens.REAL_HEAD_DIM, empty=False)
+    kvc.require(claims, **attention_goldens.golden_space(case))
+    kvc.expect(case, kvc.call(case), attention_goldens.expected_rows(case, [[[2.0, 2.0]]]), what="hand-worked value")
+
+
 @conformance_test(op="ragged_paged_attention_csr", layer="differential", clauses=("MD-2", "MD-3", "MD-4", "MD-23"))
 @pytest.mark.parametrize("variant", md.csr_attention_variants(), ids=str)
 def test_attention_csr_differential(kvc, variant):
     claims = kvc.claims(features=variant.features)
     # the block-table column's example shares (test_paged_attention.py): long and many-head calls cost more
-    budget = pa.LONG_BUDGET if variant.long else pa.MANY_HEADS_BUDGET if variant.name == "many_kv_heads" else 1.0
-    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check, budget=budget)
+    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check, budget=pa.example_share(variant))
 
 
 @conformance_test(op="ragged_paged_attention_csr", layer="property", clauses=("MD-5", "MD-23"))

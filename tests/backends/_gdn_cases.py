@@ -76,4 +76,4 @@ def assert_conforms(case: Case, got) -> None:
     """The suite's verdict on `got` for `case` (every field, its tolerance and region from CHECKS)."""
     expected = getattr(ref, case.op)(**case.inputs)
     bad = [r for r in compare_outputs(case, expected, got) if not r.ok]
-    assert not bad, [(r.name, r.kind, r.problem, r.max_abs, r.headroom) for r in bad]
+    assert not bad, [(r.name, r.kind, r.problem, r.max_abs, r.error_ratio) for r in bad]

@@ -41,6 +41,16 @@ def test_adapter_loads_and_claims_only_registered_names(name):
         assert desc["available"], desc["reason"]
 
 
+def test_ragged_adapter_claims_empty_sequences_as_the_kernel_contract_allows():
+    """The kernel's own check allows q_len 0 and kv_len 0 (dynamic_validate_inputs, kernel.py:206-212): the
+    adapter does not narrow around the kernel's bug there, which is an expected failure instead (issue 31)."""
+    from kvconform.conformance import expectations
+    limits = backends.load("jax-ragged-paged-attention").describe()["capabilities"]["ragged_paged_attention"]["limits"]
+    assert "q_len" not in limits and "kv_len" not in limits, limits
+    entries = [e for e in expectations.load([EXPECTATIONS]) if e.backend == "jax-ragged-paged-attention"]
+    assert any("kernel.py:206-212" in e.reason and "kv_len 0" in e.reason for e in entries)
+
+
 @pytest.mark.parametrize("module", ["jax_ragged_paged_attention", "jax_paged_attention"])
 def test_adapter_loads_without_jax_and_says_why(module):
     code = ("import sys; sys.modules['jax'] = None\n"

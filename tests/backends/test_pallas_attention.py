@@ -106,6 +106,30 @@ def test_quantized_kv(kv_dtype):
     _check(args, opts, actual, expected)
 
 
+def test_per_token_scales():
+    """PA-48: one scale per (page, slot, KV head) beside the pool, DMA'd with its page; every query head of a
+    GQA group reads its own KV head's scales, and NaN scales beside hidden slots never reach a row (PA-24)."""
+    args, opts = _build(FIXED, kv_dtype=np.dtype(ml_dtypes.float8_e4m3fn), poison=False)
+    q, k, v, kv_lens, table, cu, n = args
+    rng = np.random.default_rng(5)
+    scales = [rng.choice(np.array([0.25, 0.5, 2.0, 4.0], np.float32), size=k.shape[:3]) for _ in range(2)]
+    live = np.zeros(k.shape[:2], bool)
+    for i in range(n):
+        for j in range(int(kv_lens[i])):
+            live[table[i, j // k.shape[1]], j % k.shape[1]] = True
+    for sc in scales:
+        sc[~live] = np.nan
+    opts.update(k_scale=scales[0], v_scale=scales[1], soft_cap=5.0)
+    expected = reference.ragged_paged_attention(*args, **opts)
+    _check(args, opts, BACKEND.ragged_paged_attention(*args, **opts), expected)
+    # the CSR form reads the same pages and scales through kv_indices (MD-23)
+    csr = reference.block_table_to_csr(table, kv_lens, n, k.shape[1])
+    csr_opts = {key: opts[key] for key in ("k_scale", "v_scale", "soft_cap")}
+    got = BACKEND.ragged_paged_attention_csr(q, k, v, cu[:n + 1], *csr, **csr_opts)
+    assert_conforms("ragged_paged_attention_csr",
+                    inputs_of("ragged_paged_attention_csr", q, k, v, cu[:n + 1], *csr, **csr_opts), got)
+
+
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
 def test_half_precision_inputs(dtype):
     """Claimed activation dtypes bf16/f16 with bf16 pages: exact upcast to float32 inside."""
@@ -155,12 +179,12 @@ def test_errors_name_the_argument():
 
 def test_tpu_tiling_rules():
     """What Mosaic would reject is rejected before the call, naming the rule."""
-    cfg = AttentionConfig(8, 1, False, False, False, False, False)
-    check_tpu_shapes((8, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(8, 4, *[False] * 5))
+    cfg = AttentionConfig(8, 1, False)
+    check_tpu_shapes((8, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(8, 4, False))
     with pytest.raises(ValueError, match="128 lanes"):
         check_tpu_shapes((8, 4, 64), (4, 4, 8, 64), np.float32, cfg)
     with pytest.raises(ValueError, match="block_q"):
-        check_tpu_shapes((12, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(12, 4, *[False] * 5))
+        check_tpu_shapes((12, 4, 128), (4, 4, 8, 128), np.float32, AttentionConfig(12, 4, False))
     with pytest.raises(ValueError, match="packing 4"):  # 2 fp8 rows of one head block: not a packed tile
         check_tpu_shapes((8, 4, 128), (4, 4, 8, 128), ml_dtypes.float8_e4m3fn, cfg)
 
@@ -170,7 +194,8 @@ def test_claims_and_availability():
     assert set(caps) == {"ragged_paged_attention", "write_kv", "rotate_keys", "shift_keys", "causal_conv1d_update",
                          "selective_state_update", "ssd_chunked_scan", "rwkv6_wkv", "gated_delta_rule_update",
                          "gated_delta_rule_chunked", "recurrent_store_step", "ragged_paged_attention_csr",
-                         "slot_mapping_from_arena", "append_slot_mapping", "mla_paged_attention"}
+                         "slot_mapping_from_arena", "append_slot_mapping", "mla_paged_attention",
+                         "accumulate_scores", "plan_eviction"}
     assert "int8" in caps["ragged_paged_attention"].kv_dtypes
     avail = BACKEND.availability()
     assert avail.ok and "Pallas TPU interpret mode" in avail.device

@@ -182,6 +182,7 @@ def test_rejects_what_the_reference_rejects():
 def test_claims():
     caps = CLAIMS
     assert set(caps["ragged_paged_attention_csr"].features) == {"sliding_window", "soft_cap", "sinks",
-                                                                "quantized_kv", "gqa", "per_head_scales"}
+                                                                "quantized_kv", "gqa", "per_head_scales",
+                                                                "per_token_scales"}
     assert caps["slot_mapping_from_arena"].kv_dtypes == ("uint8",)
     assert "append_slot_mapping" in caps

@@ -1,9 +1,10 @@
-"""The Pallas MLA decode kernel (backends/pallas/mla.py) against the reference (spec/mla.md, ML-* clauses).
+"""The Pallas MLA kernel (backends/pallas/mla.py) against the reference (spec/mla.md, ML-* clauses).
 
-Decode batches the suite's small draws do not reach: tens of pages per sequence (many DMA double-buffer
-turns), odd head counts and dims (sublane and lane padding), empty sequences beside decode rows, all
-options at once; a prefill row is declined as `Unsupported` (the kernel claims q_len in {0, 1}). Judged by
-the suite's own checks (ML-10 through `suite_checks.assert_conforms`). Pallas TPU interpret mode on CPU.
+Batches the suite's small draws do not reach: tens of pages per sequence (many DMA double-buffer turns),
+odd head counts and dims (sublane and lane padding), empty sequences beside decode rows, prefill chunks
+of more rows than one 8-row query block beside decode rows (a block holding rows of several sequences,
+ML-5), all options at once. Judged by the suite's own checks (ML-10 through `suite_checks.assert_conforms`).
+Pallas TPU interpret mode on CPU.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from suite_checks import assert_conforms, inputs_of
 
 pytest.importorskip("jax")
 
-from kvconform.backends.base import Unsupported  # noqa: E402
 from kvconform.backends.pallas import make_backend  # noqa: E402
 
 OP = "mla_paged_attention"
@@ -36,7 +36,10 @@ def test_decode_all_options():
     assert_conforms(OP, inputs_of(OP, *args, **opts), BACKEND.mla_paged_attention(*args, **opts))
 
 
-def test_prefill_is_declined_not_miscomputed():
-    args = mla_call(5, page_size=2, q_lens=[2], kv_lens=[3], H=2, d_c=4, d_r=2)
-    with pytest.raises(Unsupported, match="decode-only"):
-        BACKEND.mla_paged_attention(*args)
+def test_prefill_chunks_beside_decode_rows():
+    """ML-5, ML-6: a chunked prefill of 11 rows over 26 keys (rows in two query blocks, causal within the
+    chunk), a full prefill of 3 rows, a decode row and an empty sequence in one call; window, cap, sinks."""
+    args = mla_call(7, page_size=4, q_lens=[11, 1, 0, 3], kv_lens=[26, 9, 5, 3], H=3, d_c=6, d_r=2)
+    opts = dict(sliding_window=6, soft_cap=3.0, sinks=np.array([0.25, -np.inf, 1.0], np.float32))
+    assert_conforms(OP, inputs_of(OP, *args), BACKEND.mla_paged_attention(*args))
+    assert_conforms(OP, inputs_of(OP, *args, **opts), BACKEND.mla_paged_attention(*args, **opts))

@@ -3,9 +3,11 @@ equals the reference, compared through the suite's checks (spec/numerics.md NU-P
 
 The backend runs where the suite runs it, in a worker process: `make_backend()` asks XLA for several CPU
 devices before jax is imported there, which this test process (jax may already be imported) cannot do.
-Cases: one KV head per shard with sinks and scores (the psum), and two KV heads per shard with a
-non-power-of-two group and per-KV-head scales, over the 2 devices the backend asks for on CPU. The drawn
-cases are the conformance suite's `head_sharding` column; these two stay as a fast kernel check."""
+Cases: one KV head per shard with sinks and scores (the psum) on 2 devices, and two KV heads per shard
+with a non-power-of-two group on 8 devices, whose per-shard KV pool (256 KiB) deadlocked interpret mode
+before the worker sized XLA's CPU thread pool (runtime.py; interpret_shard_deadlock.py reproduces it). The
+drawn cases are the conformance suite's `head_sharding` column (2, 4, 8 shards, per-KV-head scales); these
+stay as a fast kernel check."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,11 +49,11 @@ def _inputs(rng, hkv: int, group: int, num_shards: int, *, sinks: bool, quantize
 def test_worker_claims_head_sharding(pallas_worker):
     claims = pallas_worker.describe()["capabilities"]["ragged_paged_attention"]
     assert "head_sharding" in claims["features"]
-    assert claims["limits"]["num_shards"] == {"values": [2]}   # interpret mode: 2 (runtime.HOST_DEVICES)
+    assert claims["limits"]["num_shards"] == {"values": [2, 4, 8]}   # runtime.HOST_DEVICES = 8
 
 
 @pytest.mark.parametrize("hkv, group, num_shards, sinks, quantized",
-                         [(2, 2, 2, True, False), (4, 3, 2, False, True)])
+                         [(2, 2, 2, True, False), (16, 3, 8, True, False)])
 def test_sharded_attention_conforms(pallas_worker, hkv, group, num_shards, sinks, quantized):
     x = _inputs(np.random.default_rng(7), hkv, group, num_shards, sinks=sinks, quantized=quantized)
     actual, mutated = pallas_worker.call("ragged_paged_attention", x)
@@ -63,3 +65,4 @@ def test_shard_count_must_divide_kv_heads():
     x = _inputs(np.random.default_rng(1), 3, 1, 2, sinks=False, quantized=False)
     with pytest.raises(ValueError, match="num_shards=2 must divide the KV heads Hkv=3"):
         reference.ragged_paged_attention(**x)
+

@@ -56,6 +56,18 @@ class HeadDim128(_Limited):
         return "" if q.shape[2] % 128 == 0 else f"head_dim {q.shape[2]}"
 
 
+class NoEmptySequences(_Limited):
+    """A prefill kernel that takes no sequence without query rows (the convention of FlashMLA,
+    deepseek-ai/FlashMLA#11, and of flash-attention's varlen kernels before Dao-AILab/flash-attention#2568):
+    claimed as q_len >= 1 (spec/paged_attention.md PA-53)."""
+    name = "no-empty-sequences"
+    limits = {"q_len": {"min": 1}}
+
+    def outside(self, q, k_pages, cu, n):
+        q_lens = np.diff(cu[:n + 1])
+        return "" if np.all(q_lens >= 1) else f"q_lens {q_lens.tolist()}"
+
+
 # --- backends that decline calls with kvconform.Unsupported (backends/base.py:Unsupported) -----------
 
 class DeclinesSoftCap(NumpyBackend):

@@ -310,3 +310,41 @@ class ReturnsThreeFields(_OnlyWriteKv):
 
 def make_returns_three_fields():
     return ReturnsThreeFields()
+
+
+# --- a slow, wrong backend (the shrink budget, profiles.ShrinkBudget) ------------------------------
+
+class SlowAndWrong(_OnlyWriteKv):
+    """Every call takes 0.1 s; with 3 rows or more it writes k one too high: shrinking a failure down to
+    3 rows calls it dozens of times."""
+    name = "slow-and-wrong"
+
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
+        time.sleep(0.1)
+        wrong = k + 1 if len(k) >= 3 else k
+        return getattr(NumpyBackend(), "write_kv")(k_pages, v_pages, wrong, v, slot_mapping, **kw)
+
+
+def make_slow_and_wrong():
+    return SlowAndWrong()
+
+
+# --- a backend that crashes on padding rows (a crash's diagnosis, issue 31) -----------------------
+
+class CrashesOnPaddingRows(NumpyBackend):
+    """causal_conv1d_update that dies on a padding row (state index -1, RS-3), as a kernel indexing the
+    pool with it would; right otherwise."""
+    name = "crashes-on-padding"
+
+    def capabilities(self):
+        return {"causal_conv1d_update": super().capabilities()["causal_conv1d_update"]}
+
+    def causal_conv1d_update(self, x, conv_state, weight, bias=None, *, state_indices=None, **kw):
+        if state_indices is not None and (state_indices == -1).any():
+            os.abort()
+        return getattr(NumpyBackend(), "causal_conv1d_update")(x, conv_state, weight, bias,
+                                                               state_indices=state_indices, **kw)
+
+
+def make_crashes_on_padding():
+    return CrashesOnPaddingRows()

@@ -51,3 +51,21 @@ def test_list_backend_shows_a_module_factory_backends_claims_and_limits(cli):
     assert "numpy " not in proc.stdout   # only the backend asked for
     bad = cli("list", "--backend", "bad spec")
     assert bad.returncode == 2 and "unknown backend 'bad spec'" in bad.stderr
+
+
+def test_list_shows_per_op_only_the_claim_fields_it_reads(cli):
+    """Issue 28.5: the metadata ops read a page size and nothing else, the recurrent ops no page size or
+    head dim, attention every field (backends/base.py CLAIM_FIELDS)."""
+    proc = cli("list", "--backend", "numpy")
+    assert proc.returncode == 0, proc.stderr
+    line = {l.split()[0]: l for l in proc.stdout.splitlines()[1:] if l.startswith("    ")}
+    attention = line["ragged_paged_attention"]
+    for field in ("dtypes=", "kv=", "page_sizes=", "head_dims=", "features=", "layouts="):
+        assert field in attention, attention
+    for op in ("block_table_to_csr", "append_slot_mapping", "page_table_step", "plan_eviction"):
+        assert line[op].split()[1:] == ["page_sizes=any"], line[op]
+    assert "reads no claim fields" in line["arena_layout"]
+    recurrent = line["selective_state_update"]
+    assert "dtypes=" in recurrent and "kv=" in recurrent and "features=" in recurrent
+    assert "page_sizes=" not in recurrent and "head_dims=" not in recurrent and "layouts=" not in recurrent
+    assert "dtypes=" not in line["shift_keys"] and "kv=" in line["shift_keys"]

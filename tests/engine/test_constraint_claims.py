@@ -12,7 +12,7 @@ from kvconform.conformance.strategies import constraints
 NUMERICAL = ("golden", "differential", "property", "stateful")
 
 
-@pytest.mark.parametrize("factory", ["DecodeOnly", "FewKvHeads", "HeadDim128"])
+@pytest.mark.parametrize("factory", ["DecodeOnly", "FewKvHeads", "HeadDim128", "NoEmptySequences"])
 def test_limited_kernel_is_never_called_outside_its_claims(cli, tmp_path, factory):
     out = tmp_path / "out"
     proc = cli("run", "--backend", f"constraint_backends:{factory}", "--ops", "ragged_paged_attention",
@@ -22,6 +22,8 @@ def test_limited_kernel_is_never_called_outside_its_claims(cli, tmp_path, factor
     assert proc.returncode == 0 and not bad, bad
     ran = [r for r in results if r["status"] == "pass" and r["layer"] in NUMERICAL]
     assert any(r["layer"] == "differential" for r in ran) and any(r["layer"] == "property" for r in ran)
+    # goldens are restated at real sizes (issue 31): a kernel of head dims multiple of 128 runs them too
+    assert any(r["layer"] == "golden" for r in ran), [r["id"] for r in results if r["layer"] == "golden"]
 
 
 def test_constraint_forms():
@@ -90,3 +92,25 @@ def test_outside_names_each_dimension_outside_the_claims():
     assert any("dtype=float16" in r for r in reasons) and any("page_size=8" in r for r in reasons)
     assert any("num_kv_heads=3" in r for r in reasons) and any("q_len=[1, 2]" in r for r in reasons)
     assert any("max_kv_len=64" in r for r in reasons)
+
+
+def test_claims_widen_the_size_reach_columns():
+    """spec/paged_attention.md PA-51: a listed value joins a size column's candidates, a multiple_of keeps
+    the candidates it admits, a claimed set is drawn as listed (large values first where they matter)."""
+    from kvconform.conformance.strategies import attention_reach as ar
+    from kvconform.conformance.strategies import paged_attention as pa
+    listed = OpClaims(features=("gqa",), limits={"page_size": {"values": [16, 544]},
+                                                 "group_size": {"values": [1, 2, 4, 8, 48]}})
+    assert constraints.reach(listed, "page_size", ar.BIG_PAGE_SIZES) == (544, 16)
+    assert (1, 48) in pa._head_counts(listed, pa.Variant("long_heads", (), (), reach="heads"))
+    sixteen = OpClaims(limits={"page_size": {"multiple_of": 16}})
+    assert constraints.reach(sixteen, "page_size", ar.REACH_PAGE_SIZES) == (48, 16)
+    assert constraints.reach(sixteen, "page_size", ar.BIG_PAGE_SIZES) == ar.BIG_PAGE_SIZES
+    claimed = OpClaims(page_sizes=(16, 544, 32), head_dims=(64, 128, 96))
+    assert ar.page_sizes(claimed, "page_size")[0] == 544
+    assert ar.page_sizes(claimed, "pages")[0] == 16
+    assert ar.head_dims(claimed, "head_dim", "long_head_dim", None)[0] == 96
+    assert constraints.reach(OpClaims(limits={"page_size": {"values": [8]}}), "page_size", ar.BIG_PAGE_SIZES) == (8,)
+    with pytest.raises(pytest.skip.Exception):    # no (Hkv, group) of 128 query heads within 8
+        pa._head_counts(OpClaims(features=("gqa",), limits={"num_q_heads": 8}),
+                        pa.Variant("long_heads", (), (), reach="heads"))

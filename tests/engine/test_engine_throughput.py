@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -43,8 +44,9 @@ def test_jobs_keep_each_module_and_backend_in_one_process(cli, tmp_path):
     # write_kv's tests live in test_paged_attention.py, shift_keys's in test_rotation.py, both strided
     # columns in test_strided.py
     proc = cli("run", "--backend", "numpy", "--ops", "write_kv,shift_keys", "--profile", "quick",
-               "--jobs", "2", "--out", str(out))
+               "--jobs", "2", "--progress", "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-2000:]
+    _check_progress_lines(proc.stdout, {"write_kv", "shift_keys"}, len(cli.report(out)["results"]))
     workers = defaultdict(set)
     for r in _records(cli, out):
         workers[r["id"].split("::")[0]].add(r["worker"])
@@ -53,9 +55,27 @@ def test_jobs_keep_each_module_and_backend_in_one_process(cli, tmp_path):
     assert set.union(*workers.values()) == {"gw0", "gw1"}, "both processes should get a module"
 
 
+PROGRESS_LINE = re.compile(r"kvconform: numpy (\w+): (\d+) tests, 0 failed \| run (\d+)/(\d+) tests, 0 failed \| "
+                           r"\d+:\d\d elapsed")
+
+
+def _check_progress_lines(stdout: str, ops: set, total: int) -> None:
+    """--progress in a log (issue 28.4): one whole line per backend x op, never pieces of two lines or
+    pytest's per-test letters, under --jobs 2 too."""
+    lines = [line for line in stdout.splitlines() if "kvconform: numpy" in line]
+    assert all(PROGRESS_LINE.fullmatch(line) for line in lines), lines
+    seen = {PROGRESS_LINE.fullmatch(line).group(1): line for line in lines}
+    assert set(seen) == ops and len(lines) == len(ops), lines
+    done = sorted(int(PROGRESS_LINE.fullmatch(line).group(3)) for line in lines)
+    assert done[-1] == total and all(int(PROGRESS_LINE.fullmatch(line).group(4)) == total for line in lines)
+    assert not re.search(r"^[.sxXF]+$", stdout, re.M), stdout[-2000:]
+
+
 def test_throughput_benchmark_reads_a_run(cli, tmp_path):
     out = tmp_path / "out"
-    assert cli("run", "--backend", "numpy", "--ops", "shift_keys", "--out", str(out)).returncode == 0
+    quiet = cli("run", "--backend", "numpy", "--ops", "shift_keys", "--out", str(out))
+    assert quiet.returncode == 0
+    assert "kvconform: numpy" not in quiet.stdout   # no progress lines unless asked
     script = str(ROOT / "benchmarks" / "engine_throughput.py")
     saved = tmp_path / "before.json"   # a run's rows saved with --json serve as a later run's --before
     summary = subprocess.run([sys.executable, script, "--from", str(out), "--json"], capture_output=True,

@@ -1,4 +1,4 @@
-"""report.html renders in a real headless Chromium, shows the matrix, and escapes backend text."""
+"""report.html renders in a real headless Chromium, shows the ops table, and escapes backend text."""
 from __future__ import annotations
 
 import shutil
@@ -14,13 +14,13 @@ INJECT = '<img id="pwned" src=x onerror="document.title=\'pwned\'"><script>docum
 def _report():
     records = [
         {"id": "suite::test_a[evil-base]", "backend": "evil<b>", "op": "ragged_paged_attention", "layer": "differential",
-         "clauses": ["PA-7"], "features": ["base"], "status": "fail", "headroom": 12.5, "examples": 3,
+         "clauses": ["PA-7"], "features": ["base"], "status": "fail", "error_ratio": 12.5, "examples": 3,
          "message": "backend raised ValueError: " + INJECT, "counterexample": INJECT, "repro": "/tmp/r" + INJECT},
         {"id": "suite::test_b[evil-soft_cap]", "backend": "evil<b>", "op": "ragged_paged_attention",
          "layer": "differential", "clauses": ["PA-16"], "features": ["soft_cap"], "status": "pass",
-         "headroom": 0.01, "examples": 8, "message": ""},
+         "error_ratio": 0.01, "examples": 8, "message": ""},
         {"id": "suite::test_c[numpy-base]", "backend": "numpy", "op": "write_kv", "layer": "golden",
-         "clauses": ["PA-43"], "features": ["base"], "status": "unsupported", "headroom": None, "examples": 0,
+         "clauses": ["PA-43"], "features": ["base"], "status": "unsupported", "error_ratio": None, "examples": 0,
          "message": "unsupported: x"},
     ]
     return build.assemble(records, backends={"evil<b>": {"name": "evil<b>", "version": INJECT,
@@ -36,7 +36,7 @@ def _chromium():
     return None
 
 
-def test_report_html_renders_matrix_and_escapes_backend_text(tmp_path):
+def test_report_html_renders_the_ops_and_escapes_backend_text(tmp_path):
     from kvconform.conformance.report import html
     page = html.render(_report())
     assert "<script>" not in page and 'id="pwned"' not in page.replace("&quot;", "")
@@ -51,16 +51,16 @@ def test_report_html_renders_matrix_and_escapes_backend_text(tmp_path):
                            f"--user-data-dir={profile}", "--dump-dom", path.as_uri()],
                           capture_output=True, text=True, timeout=120)
     dom = proc.stdout
-    assert "<table id=\"matrix\">" in dom, proc.stderr[-2000:]
+    assert "<table id=\"ops\">" in dom, proc.stderr[-2000:]
     assert "<title>kvconform report</title>" in dom            # no script changed the title
     assert '<img id="pwned"' not in dom and "<script>" not in dom   # nothing injected became markup
     assert "&lt;img id=\"pwned\"" in dom                          # the text is shown, escaped
-    assert 'data-status="fail"' in dom and 'data-status="pass"' in dom
-    assert "<svg id=\"headroom-plot\"" in dom
+    assert 'data-status="fail"' in dom and 'id="failure-1"' in dom
+    assert "<svg id=\"error-plot\"" in dom
 
 
-def test_report_html_plots_headroom_and_each_failures_error_profile(cli, tmp_path):
-    """A real failing run (a mutant): the headroom plot labels every bar with backend and test, and each
+def test_report_html_plots_error_ratios_and_each_failures_error_profile(cli, tmp_path):
+    """A real failing run (a mutant): the error / allowed plot labels every bar with backend and test, and each
     failed field gets its error / allowed profile; the page renders in headless Chromium, and its
     screenshot is kept in the tests' artifacts (KVCONFORM_TEST_ARTIFACTS, default test-artifacts/)."""
     import json
@@ -73,8 +73,8 @@ def test_report_html_plots_headroom_and_each_failures_error_profile(cli, tmp_pat
     failed = [r for r in report["results"] if r["status"] == "fail" and r.get("fields")]
     assert failed and any(f.get("profile") for r in failed for f in r["fields"])
     page = (out / "report.html").read_text()
-    with_metric = [r for r in report["results"] if isinstance(r.get("headroom"), (int, float)) and r["headroom"] > 0]
-    assert page.count("<rect", page.index('id="headroom-plot"'), page.index("</svg>", page.index('id="headroom-plot"'))) \
+    with_metric = [r for r in report["results"] if isinstance(r.get("error_ratio"), (int, float)) and r["error_ratio"] > 0]
+    assert page.count("<rect", page.index('id="error-plot"'), page.index("</svg>", page.index('id="error-plot"'))) \
         == len(with_metric)
     assert "worst error / allowed error (log scale; dashed: the tolerance)" in page
     assert 'class="profile"' in page and "compared elements (C order, max per bin)" in page
@@ -88,7 +88,7 @@ def test_report_html_plots_headroom_and_each_failures_error_profile(cli, tmp_pat
              "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([chromium, *flags, "--dump-dom", (out / "report.html").as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
-    assert 'class="profile"' in dom and 'id="headroom-plot"' in dom
+    assert 'class="profile"' in dom and 'id="error-plot"' in dom
     subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1280,2400",
                     (out / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 10_000

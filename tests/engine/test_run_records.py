@@ -194,7 +194,7 @@ def test_reports_escape_control_characters_and_mark_a_partial_run():
               "layer": "golden", "features": ["base"]}
     report = {"suite_version": "0", "spec_version": "0", "profile": "ci", "created": "now", "results": [record],
               "matrix": [{"backend": "n\x00me", "op": "write_kv", "feature": "base", "counts": {"flaky": 1},
-                          "headroom": None}], "layers": [], "backends": {}, "expectations": {"unmatched": []},
+                          "error_ratio": None}], "layers": [], "backends": {}, "expectations": {"unmatched": []},
               "partial": "interrupted by SIGTERM: 1 results recorded"}
     for text in (markdown.render(report), html.render(report), junit.render(report)):
         assert not any(c in text for c in "\x1b\x00\x07"), text

@@ -40,7 +40,7 @@ def _reduction(out="float32"):
 def test_non_finite_mismatch_fails(got, ref):
     res = compare_field("out", np.array([got, 1.0], np.float32), np.array([ref, 1.0]), _reduction())
     assert not res.ok and res.n_bad == 1, res
-    assert res.headroom == math.inf
+    assert res.error_ratio == math.inf
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
@@ -53,6 +53,16 @@ def test_non_finite_tolerance_buys_nothing():
     tol = tolerance.reduction("float32", np.array([math.nan, math.inf]), 0.0, "NaN/inf bounds")
     res = compare_field("out", np.array([1.5, 2.5], np.float32), np.array([1.0, 2.0]), tol)
     assert not res.ok and res.n_bad == 2
+
+
+def test_an_error_where_none_is_allowed_is_infinitely_over_not_a_sentinel():
+    """A 0-ULP, 0-atol bound (padding outputs are exactly 0.0, RS-3): any error is inf times the allowance,
+    reported as inf, never as err / 1e-300 (issue 28: reports showed 1e+300)."""
+    tol = tolerance.ulp_bounded("float32", 0, 0.0, reason="exactly 0.0")
+    res = compare_field("out", np.array([0.0, 0.5], np.float32), np.array([0.0, 0.0]), tol)
+    assert not res.ok and res.n_bad == 1
+    assert res.error_ratio == math.inf and res.profile and max(res.profile) == math.inf
+    assert "inf" in res.summary() and "e+" not in res.summary()
 
 
 def test_non_finite_finding_is_described():
@@ -73,7 +83,7 @@ def _attention_case(q_dtype="float32"):
 
 
 def test_narrow_output_cannot_buy_tolerance():
-    """A 3% bias returned as float8 passed with headroom 0.96 when the bound followed the returned dtype."""
+    """A 3% bias returned as float8 passed with error / allowed 0.96 when the bound followed the returned dtype."""
     case = _attention_case()
     expected = reference.ragged_paged_attention(**case.inputs)
     biased = (expected * 1.03).astype(F8)

@@ -118,3 +118,24 @@ def test_duplicate_negative_slots_and_skipped_nan_are_fine_PA_41():
     k = np.array([np.nan, 3.0, np.nan]).reshape(3, 1, 1) * np.ones((3, 2, 2))
     res = write_kv(k_pages, v_pages, k, k, np.array([-1, 2, -1]), k_scale=1.0, v_scale=1.0)
     assert (res.k_pages[0, 2] == 3).all() and res.k_pages.sum() == 12
+
+
+def test_padding_rows_past_the_slot_mapping_are_never_read_PA_50():
+    # k/v padded to 5 rows for 2 tokens: rows 2.. hold NaN (int8 would reject NaN in a written token)
+    k_pages, v_pages = pools(dtype=np.int8, fill=0)
+    k = np.full((5, 2, 2), np.nan)
+    k[:2] = [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]
+    slots = np.array([6, 1], np.int32)
+    padded = write_kv(k_pages, v_pages, k, -k, slots, k_scale=1.0, v_scale=1.0)
+    exact = write_kv(k_pages, v_pages, k[:2], -k[:2], slots, k_scale=1.0, v_scale=1.0)
+    np.testing.assert_array_equal(padded.k_pages, exact.k_pages)
+    np.testing.assert_array_equal(padded.v_pages, exact.v_pages)
+    assert padded.k_pages[1, 2, 1, 1] == 4 and padded.k_pages[0, 1, 0, 0] == 5
+
+
+@pytest.mark.parametrize("k_rows, v_rows, name", [(1, 1, "k"), (3, 2, "v"), (3, 4, "v")])
+def test_fewer_rows_than_slots_or_k_and_v_padded_apart_are_rejected_PA_50(k_rows, v_rows, name):
+    k_pages, v_pages = pools()
+    with pytest.raises(ValueError) as info:
+        write_kv(k_pages, v_pages, np.zeros((k_rows, 2, 2)), np.zeros((v_rows, 2, 2)), np.array([0, 5]))
+    assert name in str(info.value).split()[0], str(info.value)

@@ -390,9 +390,24 @@ def _slot_mapping_rank(draw, x, claims):
 
 
 def _token_shape(name: str):
+    """k (or v) off by one on an axis: fewer rows than slot_mapping entries (more rows are padding and
+    valid, PA-50; for v, more rows than k also breaks PA-50's "padded together"), or a head or dim axis
+    grown."""
     def corrupt(draw, x, claims):
-        return {name: grown(x[name], draw(sampled_from((0, 1, 2))))}
+        axis = draw(sampled_from((0, 1, 2)))
+        if axis:
+            return {name: grown(x[name], axis)}
+        need(x["slot_mapping"].shape[0] >= 1)
+        return {name: x[name][:x["slot_mapping"].shape[0] - 1]}
     return corrupt
+
+
+def _v_rows_not_k_rows(draw, x, claims):
+    """k padded by 1..3 rows past slot_mapping, v by one more or one fewer: N_k differs (PA-50)."""
+    extra = draw(st.integers(1, 3))
+    k = grown(x["k"], 0, extra)
+    v = grown(x["v"], 0, extra + draw(sampled_from((1, -1))))
+    return {"k": k, "v": v}
 
 
 def _write_pages_rank(draw, x, claims):
@@ -428,10 +443,12 @@ WRITE_RULES = (
          _v_pages_shape),
     rule("slot_mapping_rank", ("PA-46", "PA-40"), "slot_mapping", "slot_mapping must have rank 1 [N]",
          _slot_mapping_rank),
-    rule("k_shape", ("PA-46", "PA-40"), "k", "k must have shape [N, Hkv, D] matching the pools and slot_mapping",
-         _token_shape("k")),
-    rule("v_shape", ("PA-46", "PA-40"), "v", "v must have shape [N, Hkv, D] matching the pools and slot_mapping",
-         _token_shape("v")),
+    rule("k_shape", ("PA-46", "PA-40", "PA-50"), "k",
+         "k must have shape [N_k, Hkv, D], N_k >= N, matching the pools and slot_mapping", _token_shape("k")),
+    rule("v_shape", ("PA-46", "PA-40", "PA-50"), "v",
+         "v must have shape [N_k, Hkv, D], N_k >= N, matching the pools and slot_mapping", _token_shape("v")),
+    rule("v_rows_not_k_rows", ("PA-50",), "v", "k and v carry the same padding rows (the same N_k)",
+         _v_rows_not_k_rows),
     rule("slot_out_of_range", ("PA-42", "PA-46"), "slot_mapping", "non-negative slots must be < P * page_size",
          _slot_out_of_range),
     rule("duplicate_slot", ("PA-42", "PA-46"), "slot_mapping", "non-negative slots must be pairwise distinct",
