@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
                           "exit 3 if one cannot be loaded")
     lst.add_argument("--timeout", type=timeout_seconds, default=120.0,
                      help="seconds for loading each backend in its worker (default 120)")
+    lst.add_argument("--profile", default=None, metavar="NAME",
+                     help="the cases of a profile of fixed cases instead (models: model x op x shape)")
 
     chk = sub.add_parser("check-backend", help="what is wrong with a backend, in plain words: loading, claims, "
                                                "method signatures, one small case per claimed op",
@@ -388,7 +390,8 @@ def cmd_list(args) -> int:
     """Every backend found (or those named with --backend), each loaded in its worker: its line, or the
     one line saying why it cannot be loaded. Exit 3 when a backend named with --backend cannot."""
     from kvconform import backends
-
+    if args.profile is not None:
+        return _list_profile(args.profile)
     from . import loading
     specs = _named_backends(args.backend, "list") if args.backend else list(backends.entry_points())
     loaded = loading.load_all(specs, timeout=args.timeout)
@@ -398,6 +401,20 @@ def cmd_list(args) -> int:
     unusable = [spec for spec in specs if loaded[spec].description.get("load_error")
                 or loaded[spec].description.get("claims_error")]
     return EXIT_NOT_CHECKED if args.backend and unusable else EXIT_OK
+
+
+def _list_profile(name: str) -> int:
+    """`list --profile models`: its table of model x op x shape (the other profiles draw their cases)."""
+    from . import profiles
+    if name not in profiles.PROFILES:
+        raise UsageError(f"unknown profile {name!r}: choose one of {', '.join(profiles.PROFILES)}")
+    if name != "models":
+        raise UsageError(f"--profile {name}: only the models profile has a table of named cases (profile {name} "
+                         f"draws its cases within each backend's claims)")
+    from . import models
+    for line in models.table():
+        print(line)
+    return EXIT_OK
 
 
 def _print_backend(loaded) -> None:
@@ -570,11 +587,12 @@ def _replay_once(case, meta: dict, before: list, expected, worker) -> tuple[str,
     from . import rejection as rej
     from .backend_text import cap, visible
     from .harness import compare_outputs, raised_lines
+    from .strided import layouts_of
     from .worker import BackendCrash, BackendDeclined, BackendError, BackendProtocolError, EngineError
     try:
         for earlier in before:   # a call-history failure: the calls that came first, in order
-            worker.call(earlier.op, earlier.inputs)
-        actual, mutated = worker.call(case.op, case.inputs)
+            worker.call(earlier.op, earlier.inputs, layouts=layouts_of(earlier))
+        actual, mutated = worker.call(case.op, case.inputs, layouts=layouts_of(case))
     except BackendCrash as exc:
         return "crash", [f"  CRASH: {visible(exc)}"] + _printed(worker)
     except BackendError as exc:

@@ -41,6 +41,7 @@ import numpy as np
 
 from kvconform.backends.base import OPS
 
+from . import strided
 from .case import Case
 from .worker import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
                      EngineError, exception_line)
@@ -170,12 +171,11 @@ def _diagnose_poison(kvc, case: Case, clean_actual: Any, symptom: str) -> dict:
 
 def _diagnose_differential(kvc, case: Case, symptom: str) -> dict | None:
     module = importlib.import_module(f"kvconform.conformance.strategies.{OPS[case.op]}")
-    make = getattr(module, "DIAGNOSIS", {}).get(case.op)
-    if make is None:
-        return None
+    make = getattr(module, "DIAGNOSIS", {}).get(case.op) or (lambda _: [])
     variations = []
     original: dict = {}                        # the backend's runs of the original case, for hint checks
-    found = [(v[0], v[1]) for v in make(case) if v is not None]
+    # a strided case (NU-14): first every argument contiguous, then each alone strided
+    found = strided.diagnosis_variations(case) + [(v[0], v[1]) for v in make(case) if v is not None]
     for i, (label, variant) in enumerate(found):
         entry = {"name": label}
         gap = _outside_claims(kvc, case, variant)
@@ -259,7 +259,7 @@ def _run(kvc, case: Case, expected: Any) -> Run:
     """Call the backend on `case` in its worker (no failure recording) and judge it against `expected`."""
     from .harness import compare_outputs
     try:
-        actual, mutated = kvc.worker.call(case.op, case.inputs, timeout=kvc.call_timeout)
+        actual, mutated = kvc.worker.call(case.op, case.inputs, timeout=kvc.call_timeout, layouts=strided.layouts_of(case))
     except BackendError as exc:
         first = (exception_line(exc.message).splitlines() or [""])[0]
         return Run("raises", f"{exc.type_name}: {first[:160]}")

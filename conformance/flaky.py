@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .case import Case
+from .strided import layouts_of
 from .worker import BackendCrash, BackendDeclined, BackendError, BackendProtocolError, EngineError
 
 #: how often a failing call is replayed at most
@@ -61,11 +62,13 @@ def replay_fails(worker, replay: Replay, timeout: float | None) -> bool:
     aliased inputs; for an errors-layer case: no proper rejection). Raises BackendCrash."""
     for earlier in replay.before:
         try:
-            worker.call(earlier.op, earlier.inputs, timeout=timeout)
+            worker.call(earlier.op, earlier.inputs, timeout=timeout, layouts=layouts_of(earlier))
         except (BackendError, BackendDeclined, BackendProtocolError, EngineError):
             return True
     try:
-        result, mutated = worker.call(replay.case.op, replay.case.inputs, timeout=timeout)
+        # a strided case replays strided (NU-14): its views are what the backend failed on
+        result, mutated = worker.call(replay.case.op, replay.case.inputs, timeout=timeout,
+                                      layouts=layouts_of(replay.case))
     except BackendError as exc:
         return replay.fails_raise(exc) if replay.fails_raise is not None else True
     except (BackendDeclined, BackendProtocolError, EngineError):

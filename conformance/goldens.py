@@ -45,6 +45,11 @@ class Golden:
         return self.name
 
 
+def fixed(build: Callable[[], tuple[Case, Any]]) -> Callable[[frozenset], tuple[Case, Any]]:
+    """The `build` of a golden without options, from a builder that takes none."""
+    return lambda options: build()
+
+
 def run(kvc, golden: Golden, uses: Callable[[Case], tuple[set, dict]], conventions: Callable = lambda c: {}) -> None:
     """Run `golden` on the backend: restated in the options it claims, skipped as unsupported unless every
     dimension its case uses is claimed, compared with the hand-worked value. `conventions(claims)`: params

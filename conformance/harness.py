@@ -40,6 +40,7 @@ from .case import Case
 from .compare import FieldResult, compare_field
 from .flaky import Replay
 from .protocol import structure_problem
+from .strided import layouts_of
 from .rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
 from .timing import PhaseClock
 from .worker import ALIAS, BackendCrash, BackendDeclined, BackendError, BackendProtocolError, exception_line
@@ -277,7 +278,8 @@ class Harness:
         self.last_case = case
         try:
             try:
-                result, mutated = self.worker.call(case.op, case.inputs, timeout=self.call_timeout)
+                result, mutated = self.worker.call(case.op, case.inputs, timeout=self.call_timeout,
+                                                   layouts=layouts_of(case))
             finally:
                 self._clock_call()
         except BackendError as exc:

@@ -8,6 +8,7 @@
 | repro    | 1             | yes         | none              | no shrinking  | re-run one example, verbose |
 | scale    | 1 (fixed cases) | yes       | none              | no shrinking  | GPU limits: `scale_suite/`, native backends only |
 | scale-smoke | 1 (fixed cases) | yes    | none              | no shrinking  | the scale tests at small sizes, anywhere |
+| models   | 1 (fixed cases) | yes       | none              | no shrinking  | real models' shapes and batches: `models_suite/` |
 
 `scale` runs `conformance/scale_suite/` (not the regular suite): pools past 2**31 elements, 128k-token
 sequences, 256-row decode batches, more than 65535 rows (conformance/scale.py; judged by sampling,
@@ -15,6 +16,12 @@ spec/numerics.md NU-13). It needs a backend that runs natively on an accelerator
 elsewhere `kvconform run` refuses with one line and exit status 2, because a CI job that asked for the
 GPU limits and silently checked nothing would be green for nothing. `scale-smoke` runs the same tests at
 small sizes on any backend, to check the machinery (it proves nothing about the limits).
+
+`models` runs `conformance/models_suite/` (not the regular suite): one call per model case of
+conformance/models.py (Llama-3.1, Qwen3, Mistral, Gemma-2, gpt-oss, DeepSeek-V3 MLA, Qwen3-Next, Mamba-2,
+RWKV-6 at their real head counts, dims and state sizes, in mixed decode / prefill batches), on any
+backend; `kvconform list --profile models` prints the table. It is not part of the CI gate (minutes on
+the numpy backend, docs/performance.md).
 
 No profile has a deadline: the first call of a JIT backend compiles (seconds), which a deadline would
 report as a flaky failure; hangs are caught by the worker timeout instead. A test may scale its example
@@ -64,6 +71,12 @@ class Profile:
 SCALE_OPS = ("write_kv", "ragged_paged_attention", "selective_state_update", "causal_conv1d_update",
              "gated_delta_rule_update", "mla_paged_attention")
 
+#: the ops conformance/models_suite/ checks (conformance/models.py OPS; a literal here, so that reading the
+#: profiles imports no Hypothesis before pytest starts)
+MODELS_OPS = ("ragged_paged_attention", "write_kv", "mla_paged_attention", "gated_delta_rule_update",
+              "gated_delta_rule_chunked", "causal_conv1d_update", "selective_state_update", "ssd_chunked_scan",
+              "rwkv6_wkv")
+
 PROFILES = {
     "quick": Profile("quick", 8, derandomize=False, use_database=False, target=False, call_timeout=120.0,
                      shrink_seconds=30.0),
@@ -77,6 +90,8 @@ PROFILES = {
                      shrink=False, suite="scale_suite", native_only=True, ops=SCALE_OPS),
     "scale-smoke": Profile("scale-smoke", 1, derandomize=True, use_database=False, target=False,
                            call_timeout=600.0, shrink=False, suite="scale_suite", ops=SCALE_OPS),
+    "models": Profile("models", 1, derandomize=True, use_database=False, target=False, call_timeout=600.0,
+                      shrink=False, suite="models_suite", ops=MODELS_OPS),
 }
 
 

@@ -41,6 +41,7 @@ from typing import NamedTuple
 
 from . import backend_text
 from .protocol import ALIAS, InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs  # noqa: F401
+from .strided import StridedInputs
 
 
 class BackendCrash(BaseException):
@@ -149,11 +150,18 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
             return
         if request is None:
             return
-        op, kwargs = request
+        op, kwargs, layouts = request
         if op == INSPECT:   # check-backend: the methods of the claimed ops, where the backend object lives
             conn.send(("ok", _inspect(backend, kwargs["ops"])))
             continue
         served = time.perf_counter()
+        try:
+            strided = StridedInputs(kwargs, layouts)   # views built here: pickling made them contiguous (NU-14)
+        except Exception as exc:
+            conn.send(("engine-error", f"the engine could not build the strided views of {op}'s inputs: "
+                                       f"{type(exc).__name__}: {exc}"))
+            continue
+        kwargs = strided.inputs
         before = InputSnapshot(kwargs)
         capture.begin()
         try:
@@ -174,7 +182,7 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
             except ProtocolViolation as exc:
                 conn.send(("protocol", str(exc)))
                 continue
-            mutated = before.mutated(kwargs) + aliased_inputs(result, kwargs)
+            mutated = before.mutated(kwargs) + strided.touched() + aliased_inputs(result, kwargs)
         except Exception as exc:
             conn.send(("engine-error", f"the engine could not inspect what {op} returned "
                                        f"({type(result).__name__}): {type(exc).__name__}: {exc}"))
@@ -396,7 +404,7 @@ class Worker:
     def inspect(self, ops) -> dict:
         """`_inspect` of the loaded backend, run in the worker: {op: {"method", "problems", "notes"}}."""
         self.describe()
-        self._conn.send((INSPECT, {"ops": list(ops)}))
+        self._conn.send((INSPECT, {"ops": list(ops)}, None))
         if not self._conn.poll(self.timeout):
             self.stop()
             raise BackendCrash(f"hang: inspecting the op methods took more than {self.timeout:g} s")
@@ -407,7 +415,8 @@ class Worker:
             raise BackendCrash("the worker died while its op methods were inspected") from None
         return payload
 
-    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+    def call(self, op: str, kwargs: dict, timeout: float | None = None, layouts: dict | None = None):
+        """`layouts`: {argument: layout} of a strided case (conformance/strided.py), built in the worker."""
         if self.crash_output is not None:   # an earlier crash's, nobody took it
             self.crash_output.discard()
             self.crash_output = None
@@ -419,7 +428,7 @@ class Worker:
         started = time.monotonic()
         self.last_timing = None
         try:
-            self._conn.send((op, kwargs))
+            self._conn.send((op, kwargs, layouts))
             if not self._conn.poll(limit):
                 self._keep_crash_output()
                 self.stop(graceful=False)
@@ -565,9 +574,11 @@ class InProcess:
         """Nothing is captured in-process: the backend's prints went where this process's go."""
         return None
 
-    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+    def call(self, op: str, kwargs: dict, timeout: float | None = None, layouts: dict | None = None):
         from kvconform.backends.base import Unsupported
         self.last_timing = None
+        strided = StridedInputs(kwargs, layouts)
+        kwargs = strided.inputs
         before = InputSnapshot(kwargs)
         try:
             started = time.perf_counter()
@@ -583,7 +594,7 @@ class InProcess:
             outputs = protocol_outputs(result)
         except ProtocolViolation as exc:
             raise BackendProtocolError(str(exc)) from None
-        return outputs.value(), before.mutated(kwargs) + aliased_inputs(result, kwargs)
+        return outputs.value(), before.mutated(kwargs) + strided.touched() + aliased_inputs(result, kwargs)
 
     def stop(self, graceful: bool = True) -> None:
         pass

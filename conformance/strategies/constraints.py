@@ -147,11 +147,11 @@ def case_space(params: dict) -> dict:
 def outside(claims: OpClaims, space: dict) -> list[str]:
     """Why the dimensions `space` lie outside `claims`, in words (empty: inside).
 
-    space: dtype, kv_dtype, page_size, head_dim (judged against the claimed sets, None = any) and any
-    size constraint of the module docstring (q_len, num_q_heads, num_kv_heads, group_size, kv_len,
-    num_seqs, num_pages); a list value must satisfy it element by element."""
+    space: dtype, kv_dtype, page_size, head_dim (judged against the claimed sets, None = any), layout
+    (one of the claimed layouts) and any size constraint of the module docstring (q_len, num_q_heads,
+    num_kv_heads, group_size, kv_len, num_seqs, num_pages); a list value must satisfy it element by element."""
     sets = {"dtype": claims.dtypes, "kv_dtype": claims.kv_dtypes, "page_size": claims.page_sizes,
-            "head_dim": claims.head_dims}
+            "head_dim": claims.head_dims, "layout": claims.layouts}
     reasons = _convention_reasons(claims, space)
     for key, value in space.items():
         if key in CONVENTIONS:

@@ -30,7 +30,7 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 from kvconform.reference.eviction import EvictionConfig
 
-from .. import tolerance
+from .. import strided, tolerance
 from ..case import Case
 from .values import floats, pick, sampled_from, seeds
 
@@ -231,13 +231,17 @@ def well_conditioned(acc: np.ndarray, counts: np.ndarray, config: EvictionConfig
     close = (gaps <= SEPARATION * np.maximum(cand[:, None], cand[None, :])) & (gaps > 0)
     return not close.any()
 
-def golden_requirements(case: Case) -> dict:
-    """What an eviction case's inputs use, in the words of a golden table's `requires`: the score dtype
+def uses(case: Case) -> tuple[set, dict]:
+    """What an eviction case's inputs use (conformance/goldens.py): no features; the score dtype
     (`step_scores` of accumulate_scores, `acc` of plan_eviction) and plan_eviction's block size."""
     x = case.inputs
     if case.op == "accumulate_scores":
-        return dict(dtype=dtypes.dtype_name(np.asarray(x["step_scores"]).dtype))
-    return dict(dtype=dtypes.dtype_name(np.asarray(x["acc"]).dtype), page_size=x["config"].block_size)
+        return set(), dict(dtype=dtypes.dtype_name(np.asarray(x["step_scores"]).dtype))
+    return set(), dict(dtype=dtypes.dtype_name(np.asarray(x["acc"]).dtype), page_size=int(x["config"].block_size))
+
+
+#: what a case uses, per op (conformance/goldens.py)
+USES = {"accumulate_scores": uses, "plan_eviction": uses}
 
 
 # --- comparison contract (spec/numerics.md, "Eviction") -------------------------------------------
@@ -271,3 +275,7 @@ def plan_checks(case: Case, expected: dict, actual: dict) -> dict:
 
 
 CHECKS = {"accumulate_scores": accumulate_checks, "plan_eviction": plan_checks}
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+STRIDED = {"accumulate_scores": strided.columns(accumulate_cases), "plan_eviction": strided.columns(plan_cases)}

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from kvconform import reference
 from kvconform.backends.base import FEATURES, OpClaims
 
-from .. import tolerance
+from .. import strided, tolerance
 from ..case import Case, PoisonRegion
 from .values import pick, sampled_from, seeds
 
@@ -536,10 +536,16 @@ def attention_csr_checks(case: Case, expected: dict, actual: dict) -> dict:
     return pa.attention_checks(shadow, expected, actual)
 
 
-def golden_requirements(case: Case) -> dict:
-    """What a metadata case's inputs use, in the words of a golden table's `requires`: the page size where
-    the op takes one (the metadata ops have no feature or dtype claims)."""
-    return {"page_size": int(case.inputs["page_size"])} if "page_size" in case.inputs else {}
+def uses(case: Case) -> tuple[set, dict]:
+    """What a metadata case's inputs use (conformance/goldens.py): no features, the page size where the op
+    takes one."""
+    x = case.inputs
+    return set(), ({"page_size": int(x["page_size"])} if "page_size" in x else {})
+
+
+#: what a case uses, per op (conformance/goldens.py)
+USES = {op: uses for op in ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "arena_layout",
+                            "slot_mapping_from_arena", "page_table_step")}
 
 
 # --- comparison contract (spec/numerics.md: class E) ------------------------------------------------
@@ -562,3 +568,17 @@ CHECKS = {"block_table_to_csr": exact_checks, "csr_to_block_table": block_table_
           "append_slot_mapping": exact_checks, "arena_layout": exact_checks,
           "slot_mapping_from_arena": exact_checks, "page_table_step": exact_checks,
           "ragged_paged_attention_csr": attention_csr_checks}
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+# Host-side bookkeeping ops get strided inputs too: an engine's page tables and lengths are slices and
+# columns of its wider, preallocated tables. One exception: the arena of slot_mapping_from_arena stays
+# contiguous, since MD-8 .. MD-10 define it as one packed byte buffer read at byte offsets (a strided byte
+# view has no byte offsets); its offsets array is strided.
+STRIDED = {op: strided.columns(strategy) for op, strategy in (
+    ("block_table_to_csr", block_table_to_csr_cases), ("csr_to_block_table", csr_to_block_table_cases),
+    ("append_slot_mapping", append_slot_mapping_cases), ("arena_layout", arena_layout_cases),
+    ("page_table_step", page_table_step_cases))}
+STRIDED["slot_mapping_from_arena"] = strided.columns(slot_mapping_from_arena_cases, contiguous=("arena",))
+STRIDED["ragged_paged_attention_csr"] = strided.columns(
+    attention_csr_cases, *strided.named(csr_attention_variants(), "combined", "base"))

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from kvconform.backends.base import LIMITS, OpClaims
 
+from .. import strided
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened, without
 from . import goldens
@@ -170,3 +171,8 @@ def up_projected(x: dict, w_uk: np.ndarray, w_uv: np.ndarray) -> dict:
 
 #: what a golden's case uses (features, claim space), conformance/goldens.py
 USES = {OP: goldens.uses}
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+#: the columns strided cases are drawn from, the first one claimed (the combined options bring sinks)
+STRIDED = {OP: strided.columns(mla_cases, *strided.named(VARIANTS, "combined", "base"))}

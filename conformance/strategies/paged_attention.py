@@ -22,7 +22,7 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 from kvconform.reference.kv_layouts import canonical_kv, to_layout
 
-from .. import tolerance
+from .. import strided, tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import narrowed, rows_dropped, widened, without
 from . import attention_reach as ar
@@ -548,7 +548,10 @@ def _sequence_bounds(x: dict, i: int):
     v = dequantized(x["v_pages"], x.get("v_scale"), where)
     q = np.abs(dtypes.upcast(x["q"][x["cu_q_lens"][i]:x["cu_q_lens"][i + 1]]))  # [q_len, Hq, D]
     group = q.shape[1] // k.shape[1]
-    dots = np.einsum("thd,jhd->thj", q, np.repeat(k, group, axis=1))          # sum_d |q||k|
+    # sum_d |q||k| per query head h and the KV head h // group, without repeating k per query head (128
+    # copies of every key at MLA's one KV head: gigabytes at thousands of keys)
+    dots = np.einsum("tkgd,jkd->tkgj", q.reshape(q.shape[0], k.shape[1], group, q.shape[2]), k,
+                     optimize=True).reshape(q.shape[0], q.shape[1], k.shape[0])
     pos = first + np.arange(q_len)[:, None]
     visible = (tokens[None, :] <= pos) & (True if window is None else tokens[None, :] > pos - int(window))
     sm = x.get("sm_scale") or x["q"].shape[2] ** -0.5
@@ -690,3 +693,11 @@ HISTORY_INPUTS = {"ragged_paged_attention": ("q", "k_pages", "v_pages"),
                   "write_kv": ("k", "v", "k_pages", "v_pages")}
 #: what a golden's case uses (features, claim space), conformance/goldens.py
 USES = {"ragged_paged_attention": goldens.uses, "write_kv": goldens.write_uses}
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+#: per op, the columns its strided cases are drawn from, the first one claimed: the combined options
+#: bring a sinks array and quantized pages, per-token scales two [pages, page_size, Hkv] scale arrays
+STRIDED = {"ragged_paged_attention": strided.columns(attention_cases,
+                                                     *strided.named(ATTENTION_VARIANTS, "combined", "base")),
+           "write_kv": strided.columns(write_kv_cases, *strided.named(WRITE_VARIANTS, "per_token_scales", "base"))}

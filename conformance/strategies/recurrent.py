@@ -44,7 +44,7 @@ from kvconform.reference import dtypes
 from kvconform.reference.recurrent.activations import silu
 from kvconform.reference.recurrent.selective_state import effective_dt
 
-from .. import tolerance
+from .. import strided, tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import rows_dropped, widened, without
 from . import constraints
@@ -1001,3 +1001,14 @@ HISTORY_INPUTS.update({"gated_delta_rule_update": ("q", "v", "state"),       # k
 # --- the store op (RS-21 … RS-27): recurrent_store.py adds its VARIANTS, STRATEGIES, CHECKS and
 # HISTORY_INPUTS entries here when it is loaded (no diagnosis variations: its checks are exact).
 from . import recurrent_store  # noqa: E402,F401
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+#: per op, the columns its strided cases are drawn from, the first one claimed: state indices (a slot
+#: column of the engine's wider table) where claimed, else the base column
+def _strided_columns(op: str) -> tuple:
+    indexed = [v for v in VARIANTS[op] if v.name == "state_indices"]
+    return strided.columns(STRATEGIES[op], *indexed, VARIANTS[op][0])
+
+
+STRIDED = {op: _strided_columns(op) for op in STRATEGIES}

@@ -28,7 +28,7 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 from kvconform.reference.rotation import inverse_frequencies
 
-from .. import tolerance
+from .. import strided, tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import widened
 from . import constraints
@@ -300,10 +300,10 @@ def shift_keys_cases(draw, claims: OpClaims, variant: Variant):
                 poison=p["poison"])
 
 
-def golden_requirements(case: Case) -> dict:
-    """What a rotation case's inputs use, in the words of a golden table's `requires`: the claimed features
-    it needs (deltas [n, 1] or [n, page_size], rotary_dim < D, a negative shift), the LUT dtype (`dtype`;
-    None for shift_keys), the cache dtype, page size, head dim and layout."""
+def uses(case: Case) -> tuple[set, dict]:
+    """What a rotation case's inputs use (conformance/goldens.py): the features (deltas [n, 1] or
+    [n, page_size], rotary_dim < D, a negative shift) and the space: the LUT dtype (`dtype`, rotate_keys
+    only: shift_keys has no LUT), the cache dtype, page size, head dim and layout."""
     x = case.inputs
     k = np.asarray(x["k_pages"])
     deltas = np.asarray(x["rotation_deltas" if case.op == "rotate_keys" else "position_deltas"])
@@ -312,10 +312,15 @@ def golden_requirements(case: Case) -> dict:
         features.add("partial_rotary")
     if case.op == "shift_keys" and (deltas < 0).any():
         features.add("negative_deltas")
-    return dict(features=tuple(sorted(features)),
-                dtype=dtypes.dtype_name(np.asarray(x["trig_lut"]).dtype) if case.op == "rotate_keys" else None,
-                kv_dtype=dtypes.dtype_name(k.dtype), page_size=int(k.shape[1]), head_dim=int(k.shape[-1]),
-                layout=x.get("layout", "half"))
+    space = dict(kv_dtype=dtypes.dtype_name(k.dtype), page_size=int(k.shape[1]), head_dim=int(k.shape[-1]),
+                 layout=x.get("layout", "half"))
+    if case.op == "rotate_keys":
+        space["dtype"] = dtypes.dtype_name(np.asarray(x["trig_lut"]).dtype)
+    return features, space
+
+
+#: what a case uses, per op (conformance/goldens.py)
+USES = {"rotate_keys": uses, "shift_keys": uses}
 
 
 # --- comparison contract (spec/numerics.md, "Rotation") -------------------------------------------
@@ -417,3 +422,10 @@ def _rotation_diagnosis(case: Case) -> list:
 
 
 DIAGNOSIS = {"rotate_keys": _rotation_diagnosis, "shift_keys": _rotation_diagnosis}
+
+
+# --- the strided column (suite/test_strided.py, spec/numerics.md NU-14) -----------------------------
+#: per op, the columns its strided cases are drawn from, the first one claimed (per-token deltas: a
+#: [blocks, page_size] table)
+STRIDED = {"rotate_keys": strided.columns(rotate_keys_cases, *strided.named(ROTATE_VARIANTS, "per_token", "per_block")),
+           "shift_keys": strided.columns(shift_keys_cases, *strided.named(SHIFT_VARIANTS, "per_token", "per_block"))}

@@ -9,13 +9,17 @@ TypeError naming the argument.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvconform import reference
+from kvconform.conformance import goldens
 from kvconform.conformance.case import Case
+from kvconform.conformance.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import eviction as ev
 from kvconform.conformance.strategies import malformed
@@ -48,16 +52,12 @@ ACCUMULATE_GOLDEN = {
 }
 
 
-@conformance_test(op="accumulate_scores", layer="golden", clauses=("EV-3", "EV-4", "EV-5"))
-@pytest.mark.parametrize("name", list(ACCUMULATE_GOLDEN))
-def test_accumulate_golden(kvc, name):
-    claims = kvc.claims()
-    kvc.require(claims, dtype="float64")
+def golden_accumulate(name):
+    """ACCUMULATE_GOLDEN[name] as a case of float64 scores (EV-3 .. EV-5)."""
     (acc, counts, step), (acc2, counts2) = ACCUMULATE_GOLDEN[name]
     case = Case("accumulate_scores", dict(acc=np.array(acc, F64), counts=np.array(counts, I32),
                                           step_scores=np.array(step, F64)), {"dtype": "float64"})
-    kvc.expect(case, kvc.call(case), ScoreState(np.array(acc2, F64), np.array(counts2, I32)),
-               what="hand-worked value")
+    return case, ScoreState(np.array(acc2, F64), np.array(counts2, I32))
 
 
 def golden_protected_areas():
@@ -112,33 +112,23 @@ def golden_protected_areas_16():
     return case, _plan([2, 3], [40, 7, 64, 65], [64, 65], [2, 2], acc[keep], counts[keep])
 
 
-def _needs(block_size):
-    return dict(dtype="float64", page_size=block_size)
+#: every golden requires exactly what its case uses (ev.USES: the score dtype, plan_eviction's block size;
+#: tests/engine/test_golden_requirements.py checks)
+GOLDENS = (
+    *(Golden(name, "accumulate_scores", goldens.fixed(functools.partial(golden_accumulate, name)),
+             ("EV-3", "EV-4", "EV-5")) for name in ACCUMULATE_GOLDEN),
+    Golden("protected_areas", "plan_eviction", goldens.fixed(golden_protected_areas),
+           ("EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14", "EV-15")),
+    Golden("protected_areas_16", "plan_eviction", goldens.fixed(golden_protected_areas_16),
+           ("EV-7", "EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14", "EV-15")),
+    Golden("ties", "plan_eviction", goldens.fixed(golden_ties), ("EV-10", "EV-12", "EV-14")),
+    Golden("norm_sum", "plan_eviction", goldens.fixed(golden_norm_sum), ("EV-6", "EV-7", "EV-10", "EV-14")),
+    Golden("sum", "plan_eviction", goldens.fixed(golden_sum), ("EV-6", "EV-7", "EV-14")),
+    Golden("below_threshold", "plan_eviction", goldens.fixed(golden_below_threshold), ("EV-9", "EV-13", "EV-14")),
+)
 
-
-#: name -> (builder, clauses, requires): `requires` names exactly what the case's inputs use (the acc dtype,
-#: the block size; ev.golden_requirements derives it, tests/engine/test_small_family_goldens.py compares)
-PLAN_GOLDEN = {
-    "protected_areas": (golden_protected_areas, ("EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14", "EV-15"),
-                        _needs(2)),
-    "protected_areas_16": (golden_protected_areas_16, ("EV-7", "EV-8", "EV-9", "EV-10", "EV-12", "EV-13", "EV-14",
-                                                       "EV-15"), _needs(16)),
-    "ties": (golden_ties, ("EV-10", "EV-12", "EV-14"), _needs(1)),
-    "norm_sum": (golden_norm_sum, ("EV-6", "EV-7", "EV-10", "EV-14"), _needs(2)),
-    "sum": (golden_sum, ("EV-6", "EV-7", "EV-14"), _needs(2)),
-    "below_threshold": (golden_below_threshold, ("EV-9", "EV-13", "EV-14"), _needs(2)),
-}
-
-
-@conformance_test(op="plan_eviction", layer="golden",
-                  clauses=tuple(sorted({c for _, cl, _ in PLAN_GOLDEN.values() for c in cl})))
-@pytest.mark.parametrize("name", list(PLAN_GOLDEN))
-def test_plan_eviction_golden(kvc, name):
-    build, clauses, needs = PLAN_GOLDEN[name]
-    kvc.cite(*clauses)
-    kvc.require(kvc.claims(), **needs)
-    case, expected = build()
-    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
+test_accumulate_golden = goldens.suite_test("accumulate_scores", GOLDENS, ev.USES["accumulate_scores"])
+test_plan_eviction_golden = goldens.suite_test("plan_eviction", GOLDENS, ev.USES["plan_eviction"])
 
 
 # --- differential ----------------------------------------------------------------------------------

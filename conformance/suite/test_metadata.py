@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvconform import reference
+from kvconform.conformance import goldens
 from kvconform.conformance.case import Case
+from kvconform.conformance.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import metadata as md
-from kvconform.conformance.strategies import goldens
+from kvconform.conformance.strategies import goldens as attention_goldens
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import metadata as md_bad
 from kvconform.reference.metadata import ArenaLayout, BlockTable, CsrPageTable
@@ -111,49 +113,34 @@ def golden_arena_layout():
     return case, ArenaLayout(a(16, 32, 48, 48, dtype=I64), np.array(52, I64), np.array(64, I64))
 
 
-#: name -> (builder, op, clauses, requires): builder() -> (case, expected); `requires` names exactly what the
-#: case's inputs use: the page size where the op takes one (md.golden_requirements derives it from the case,
-#: tests/engine/test_small_family_goldens.py compares). The metadata ops have no feature or dtype claims.
-GOLDENS = {
-    "block_table_to_csr": (golden_block_table_to_csr, "block_table_to_csr",
-                           ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6"), {"page_size": 2}),
-    "block_table_to_csr_16": (golden_block_table_to_csr_16, "block_table_to_csr",
-                              ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6"), {"page_size": 16}),
-    "csr_to_block_table": (golden_csr_to_block_table, "csr_to_block_table", ("MD-3", "MD-4", "MD-5"),
-                           {"page_size": 2}),
-    "csr_to_block_table_16": (golden_csr_to_block_table_16, "csr_to_block_table", ("MD-3", "MD-4", "MD-5"),
-                              {"page_size": 16}),
-    "append": (lambda: _append(APPEND_GOLDEN, APPEND_SLOTS, 4), "append_slot_mapping", ("MD-7",), {"page_size": 4}),
-    "append_16": (lambda: _append(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16), "append_slot_mapping", ("MD-7",),
-                  {"page_size": 16}),
-    "arena_layout": (golden_arena_layout, "arena_layout", ("MD-8", "MD-9"), {}),
-    "from_arena": (lambda: _from_arena(APPEND_GOLDEN, APPEND_SLOTS, 4), "slot_mapping_from_arena",
-                   ("MD-8", "MD-10"), {"page_size": 4}),
-    "from_arena_16": (lambda: _from_arena(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16), "slot_mapping_from_arena",
-                      ("MD-8", "MD-10"), {"page_size": 16}),
-}
+_MD = ("MD-1", "MD-2", "MD-3", "MD-4", "MD-6")
+#: every golden requires exactly what its case uses (md.USES: the page size where the op takes one;
+#: tests/engine/test_golden_requirements.py checks); the CSR attention golden is the attention family's
+#: (test_attention_csr_golden below, strategies/goldens.py)
+GOLDENS = (
+    Golden("block_table_to_csr", "block_table_to_csr", goldens.fixed(golden_block_table_to_csr), _MD),
+    Golden("block_table_to_csr_16", "block_table_to_csr", goldens.fixed(golden_block_table_to_csr_16), _MD),
+    Golden("csr_to_block_table", "csr_to_block_table", goldens.fixed(golden_csr_to_block_table),
+           ("MD-3", "MD-4", "MD-5")),
+    Golden("csr_to_block_table_16", "csr_to_block_table", goldens.fixed(golden_csr_to_block_table_16),
+           ("MD-3", "MD-4", "MD-5")),
+    Golden("append", "append_slot_mapping", goldens.fixed(lambda: _append(APPEND_GOLDEN, APPEND_SLOTS, 4)), ("MD-7",)),
+    Golden("append_16", "append_slot_mapping",
+           goldens.fixed(lambda: _append(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16)), ("MD-7",)),
+    Golden("arena_layout", "arena_layout", goldens.fixed(golden_arena_layout), ("MD-8", "MD-9")),
+    Golden("from_arena", "slot_mapping_from_arena", goldens.fixed(lambda: _from_arena(APPEND_GOLDEN, APPEND_SLOTS, 4)),
+           ("MD-8", "MD-10")),
+    Golden("from_arena_16", "slot_mapping_from_arena",
+           goldens.fixed(lambda: _from_arena(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16)), ("MD-8", "MD-10")),
+)
 
+test_block_table_to_csr_golden = goldens.suite_test("block_table_to_csr", GOLDENS, md.USES["block_table_to_csr"])
+test_csr_to_block_table_golden = goldens.suite_test("csr_to_block_table", GOLDENS, md.USES["csr_to_block_table"])
+test_append_slot_mapping_golden = goldens.suite_test("append_slot_mapping", GOLDENS, md.USES["append_slot_mapping"])
+test_arena_layout_golden = goldens.suite_test("arena_layout", GOLDENS, md.USES["arena_layout"])
+test_slot_mapping_from_arena_golden = goldens.suite_test("slot_mapping_from_arena", GOLDENS,
+                                                         md.USES["slot_mapping_from_arena"])
 
-def _golden_test(op):
-    names = [n for n, g in GOLDENS.items() if g[1] == op]
-
-    @conformance_test(op=op, layer="golden", clauses=tuple(sorted({c for n in names for c in GOLDENS[n][2]})))
-    @pytest.mark.parametrize("name", names)
-    def test(kvc, name):
-        build, _, clauses, needs = GOLDENS[name]
-        kvc.cite(*clauses)
-        kvc.require(kvc.claims(), **needs)
-        case, expected = build()
-        kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
-    test.__name__ = f"test_{op}_golden"
-    return test
-
-
-test_block_table_to_csr_golden = _golden_test("block_table_to_csr")
-test_csr_to_block_table_golden = _golden_test("csr_to_block_table")
-test_append_slot_mapping_golden = _golden_test("append_slot_mapping")
-test_arena_layout_golden = _golden_test("arena_layout")
-test_slot_mapping_from_arena_golden = _golden_test("slot_mapping_from_arena")
 
 
 def _manager_script():
@@ -218,7 +205,8 @@ def _manager_script_16():
 
 MANAGER_CLAUSES = ("MD-11", "MD-12", "MD-13", "MD-14", "MD-15", "MD-16", "MD-17", "MD-18", "MD-19", "MD-20",
                    "MD-21")
-#: name -> script builder; each requires its page size only (the first value the builder returns)
+#: name -> script builder: a script of calls, each carrying the backend's state on, so not one `Golden`
+#: (goldens.py); each requires what its first call uses (md.USES: its page size)
 MANAGER_GOLDENS = {"script": _manager_script, "script_16": _manager_script_16}
 
 
@@ -228,8 +216,8 @@ def test_page_table_step_golden(kvc, name):
     """A hand-worked script; each step compares the fields worked out here, then the whole step with the
     reference, and carries the backend's own state forward."""
     P, pages, script = MANAGER_GOLDENS[name]()
-    kvc.require(kvc.claims(), page_size=P)
     state = reference.empty_page_table(pages)
+    kvc.require(kvc.claims(), **md.USES["page_table_step"](md.step_case(state, P, script[0][0], step=0))[1])
     for i, (cmd, fields) in enumerate(script):
         case = md.step_case(state, P, cmd, step=i)
         out = kvc.call(case)
@@ -481,12 +469,12 @@ def csr_golden(page_size: int = 2, head_dim: int = 2, *, empty: bool = True) -> 
 @pytest.mark.parametrize("form", ("small", "real"))
 def test_attention_csr_golden(kvc, form):
     """csr_golden at page size 2 and head dim 2, and at the real head dim and page size of the block-table
-    goldens (goldens.REAL_HEAD_DIM, REAL_PAGE_SIZE; without the empty sequence, so that kernels that take
+    goldens (strategies/goldens.py REAL_HEAD_DIM, REAL_PAGE_SIZE; without the empty sequence, so that kernels that take
     none run it too): the mean of three values on CSR-listed pages."""
     claims = kvc.claims()
-    case = csr_golden() if form == "small" else csr_golden(goldens.REAL_PAGE_SIZE, goldens.REAL_HEAD_DIM, empty=False)
-    kvc.require(claims, **goldens.golden_space(case))
-    kvc.expect(case, kvc.call(case), goldens.expected_rows(case, [[[2.0, 2.0]]]), what="hand-worked value")
+    case = csr_golden() if form == "small" else csr_golden(attention_goldens.REAL_PAGE_SIZE, attention_goldens.REAL_HEAD_DIM, empty=False)
+    kvc.require(claims, **attention_goldens.golden_space(case))
+    kvc.expect(case, kvc.call(case), attention_goldens.expected_rows(case, [[[2.0, 2.0]]]), what="hand-worked value")
 
 
 @conformance_test(op="ragged_paged_attention_csr", layer="differential", clauses=("MD-2", "MD-3", "MD-4", "MD-23"))

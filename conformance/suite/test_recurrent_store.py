@@ -1,8 +1,8 @@
 """Conformance suite for the recurrent-state store (spec/recurrent.md RS-21 … RS-27): the backend op
 `recurrent_store_step` (assign, copy, remove, keep, checkpoint, restore, rollback on arrays).
 
-Layers: a hand-worked golden script (copy on write, restore, rollback, keep, fresh rows over NaN);
-differential tests against the reference, one per command the drawn case ends with; properties: the
+Layers: a hand-worked golden script (copy on write, restore, rollback, keep, fresh rows over NaN), one
+golden per step; differential tests against the reference, one per command the drawn case ends with; properties: the
 don't-care locations poisoned (NaN in free rows must never surface: a fresh sequence's rows are set to
 exact zeros, RS-5/RS-22; unused snapshots are never read, RS-26) and call history (NU-12); a state machine
 that drives the backend's own state through random commands, compares every step exactly, fills free rows
@@ -11,11 +11,15 @@ ValueError (StoreError) and change nothing; error inputs (RS-27), malformed and 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from kvconform.conformance import goldens
+from kvconform.conformance.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import recurrent as rs
@@ -28,13 +32,6 @@ from kvconform.reference.recurrent import StoreStep
 OP = rstore.OP
 F32, F64, I32, I64 = np.float32, np.float64, np.int32, np.int64
 ALL = ("RS-21", "RS-22", "RS-23", "RS-24", "RS-25", "RS-26", "RS-27")
-
-
-def _claims_both(kvc):
-    claims = kvc.claims()
-    if not {"float32", "float64"} <= set(claims.kv_dtypes):
-        pytest.skip("unsupported: the golden script needs float32 and float64 pools claimed")
-    return claims
 
 
 # --- golden ----------------------------------------------------------------------------------------
@@ -87,20 +84,28 @@ def _expected(state, slots, rows, fields) -> StoreStep:
     return StoreStep(np.array(slots[0], I64), np.array(slots[1], I64), conv, ssm, **dict(empty, **fields))
 
 
-@conformance_test(op=OP, layer="golden", clauses=ALL[:-1] + ("RS-5",))
-def test_store_step_golden(kvc):
-    """The script above, step by step: each step's hand-worked result, and the backend's state carried on."""
-    _claims_both(kvc)
+def golden_step(i: int):
+    """Step `i` of the script: its input state the hand-worked result of the steps before it (free rows 0
+    and 1 filled with NaN before NAN_BEFORE), its expected result worked out by hand."""
     conv, ssm, script = _script()
     state = dict(seq_slot=np.full(3, -1, I64), seq_pos=np.zeros(3, I64), conv_pool=conv, ssm_pool=ssm)
-    for i, (cmd, slots, rows, fields) in enumerate(script):
-        if i == NAN_BEFORE:
+    for j, (cmd, slots, rows, fields) in enumerate(script[:i + 1]):
+        if j == NAN_BEFORE:
             state = dict(state, conv_pool=state["conv_pool"].copy(), ssm_pool=state["ssm_pool"].copy())
             state["conv_pool"][:2], state["ssm_pool"][:2] = np.nan, np.nan     # free rows: stale NaN
-        case = rstore.step_case(state, cmd, step=i)
-        out = kvc.call(case)
-        kvc.expect(case, out, _expected(state, slots, rows, fields), what=f"hand-worked step {i} ({cmd['command']})")
-        state = rstore.state_of(out)
+        expected = _expected(state, slots, rows, fields)
+        if j == i:
+            return rstore.step_case(state, cmd, step=i), expected
+        state = rstore.state_of(expected)
+    raise IndexError(f"the script has {len(script)} steps, not {i + 1}")
+
+
+#: one golden per step of the script (each from the hand-worked state before it, so a wrong step fails
+#: alone); each requires what its case uses (rs.USES: the conv and SSM pool dtypes, float32 and float64)
+GOLDENS = tuple(Golden(f"step{i}_{cmd['command']}", OP, goldens.fixed(functools.partial(golden_step, i)),
+                       ALL[:-1] + ("RS-5",)) for i, (cmd, *_) in enumerate(_script()[2]))
+
+test_store_step_golden = goldens.suite_test(OP, GOLDENS, rs.USES[OP])
 
 
 # --- differential ----------------------------------------------------------------------------------

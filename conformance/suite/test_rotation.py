@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
+from kvconform.conformance import goldens
 from kvconform.conformance.case import Case
+from kvconform.conformance.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import rotation as ro
@@ -36,11 +38,6 @@ ALL_ROTATE = tuple(dict.fromkeys(ROTATE_CLAUSES + tuple(c for v in ro.ROTATE_VAR
                                  + ROTATE_NUMERICS))
 ALL_SHIFT = tuple(dict.fromkeys(SHIFT_CLAUSES + tuple(c for v in ro.SHIFT_VARIANTS for c in v.clauses)
                                 + SHIFT_NUMERICS))
-
-
-def _need_layout(claims, layout: str) -> None:
-    if layout not in (claims.layouts or ()):
-        pytest.skip(f"unsupported: layout {layout} not claimed (claims: {list(claims.layouts or [])})")
 
 
 def _derived(case: Case, note: dict, **inputs) -> Case:
@@ -179,60 +176,27 @@ def golden_shift_real_size():
     return case, expected
 
 
-def _needs(features, kv_dtype="float32", dtype="float32", page_size=2, head_dim=4, layout="half"):
-    return dict(features=features, dtype=dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim,
-                layout=layout)
+#: every golden requires exactly what its case uses (ro.USES: features, LUT and cache dtypes, page size,
+#: head dim, layout; tests/engine/test_golden_requirements.py checks)
+GOLDENS = (
+    *(Golden(f"{layout}_{form}", "rotate_keys", goldens.fixed(functools.partial(golden_pair_updates, layout, form)),
+             ("RO-1", "RO-2", "RO-5", "RO-7", "RO-9"), (f"{form}_deltas",))
+      for layout in ("half", "interleaved") for form in ("per_block", "per_token")),
+    Golden("partial_rotary", "rotate_keys", goldens.fixed(golden_partial_rotary), ("RO-1", "RO-2", "RO-9"),
+           ("partial_rotary", "per_block_deltas")),
+    Golden("no_blocks", "rotate_keys", goldens.fixed(golden_no_blocks), ("RO-8", "RO-11"), ("per_block_deltas",)),
+    *(Golden(f"real_size_{kv}", "rotate_keys", goldens.fixed(functools.partial(golden_real_size, kv)),
+             ("RO-1", "RO-2", "RO-5", "RO-7", "RO-9"), ("per_block_deltas",))
+      for kv in ("float32", "bfloat16", "float16")),
+    *(Golden(f"{layout}_per_token_negative", "shift_keys", goldens.fixed(functools.partial(golden_shift, layout)),
+             ("RO-2", "RO-3", "RO-5", "RO-7", "RO-10"), ("negative_deltas", "per_token_deltas"))
+      for layout in ("half", "interleaved")),
+    Golden("real_size", "shift_keys", goldens.fixed(golden_shift_real_size), ("RO-2", "RO-3", "RO-5", "RO-10"),
+           ("per_block_deltas",)),
+)
 
-
-#: name -> (builder, clauses, requires). builder() -> (case, expected); `requires` names exactly what the
-#: case's inputs use (ro.golden_requirements derives it from them; tests/engine/test_small_family_goldens.py
-#: checks the two agree): claimed features, LUT dtype (`dtype`; None for shift_keys, which has no LUT),
-#: cache dtype, page size, head dim, layout.
-ROTATE_GOLDENS = {
-    **{f"{layout}_{form}": (functools.partial(golden_pair_updates, layout, form),
-                            ("RO-1", "RO-2", "RO-5", "RO-7", "RO-9"), _needs((f"{form}_deltas",), layout=layout))
-       for layout in ("half", "interleaved") for form in ("per_block", "per_token")},
-    "partial_rotary": (golden_partial_rotary, ("RO-1", "RO-2", "RO-9"),
-                       _needs(("partial_rotary", "per_block_deltas"))),
-    "no_blocks": (golden_no_blocks, ("RO-8", "RO-11"), _needs(("per_block_deltas",))),
-    **{f"real_size_{kv}": (functools.partial(golden_real_size, kv), ("RO-1", "RO-2", "RO-5", "RO-7", "RO-9"),
-                           _needs(("per_block_deltas",), kv_dtype=kv, dtype=kv, page_size=16, head_dim=128))
-       for kv in ("float32", "bfloat16", "float16")},
-}
-SHIFT_GOLDENS = {
-    **{f"{layout}_per_token_negative": (functools.partial(golden_shift, layout),
-                                        ("RO-2", "RO-3", "RO-5", "RO-7", "RO-10"),
-                                        _needs(("negative_deltas", "per_token_deltas"), dtype=None, layout=layout))
-       for layout in ("half", "interleaved")},
-    "real_size": (golden_shift_real_size, ("RO-2", "RO-3", "RO-5", "RO-10"),
-                  _needs(("per_block_deltas",), dtype=None, page_size=16, head_dim=128)),
-}
-
-
-def _golden(kvc, table, name):
-    build, clauses, needs = table[name]
-    kvc.cite(*clauses)
-    claims = kvc.claims(features=needs["features"])
-    kvc.require(claims, **{k: needs[k] for k in ("dtype", "kv_dtype", "page_size", "head_dim") if needs[k]})
-    _need_layout(claims, needs["layout"])
-    case, expected = build()
-    kvc.expect(case, kvc.call(case), expected, what="hand-worked value")
-
-
-def _clauses(table):
-    return tuple(sorted({c for _, clauses, _ in table.values() for c in clauses}))
-
-
-@conformance_test(op="rotate_keys", layer="golden", clauses=_clauses(ROTATE_GOLDENS))
-@pytest.mark.parametrize("name", list(ROTATE_GOLDENS))
-def test_rotate_keys_golden(kvc, name):
-    _golden(kvc, ROTATE_GOLDENS, name)
-
-
-@conformance_test(op="shift_keys", layer="golden", clauses=_clauses(SHIFT_GOLDENS))
-@pytest.mark.parametrize("name", list(SHIFT_GOLDENS))
-def test_shift_keys_golden(kvc, name):
-    _golden(kvc, SHIFT_GOLDENS, name)
+test_rotate_keys_golden = goldens.suite_test("rotate_keys", GOLDENS, ro.USES["rotate_keys"])
+test_shift_keys_golden = goldens.suite_test("shift_keys", GOLDENS, ro.USES["shift_keys"])
 
 
 # --- differential ----------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def test_run_judges_every_backend_and_reports_the_verdict_everywhere(cli, tmp_pa
     report = cli.report(out)
     results = report["results"]
     assert {r["backend"] for r in results} == {"numpy"} and len({r["id"] for r in results}) == len(results)
-    assert len(results) == report["gate"]["selected"] == 14   # counted once, not twice
+    assert len(results) == report["gate"]["selected"] == 15   # counted once, not twice (14 tests + strided)
     verdict = report["gate"]
     assert verdict["exit_code"] == 1 and verdict["verdict"] == "FAIL" and verdict["failures"] == 1
     strict = [r for r in results if r.get("strict")]
@@ -135,7 +135,7 @@ def test_plugin_route_exit_status_carries_not_checked(tmp_path):
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "kvconform gate: NOT CHECKED (exit 3)" in proc.stdout
     assert "NOT CHECKED import_faults.os_exits:make: could not be loaded: its process ended while loading" in proc.stdout
-    assert "14 passed" in proc.stdout   # numpy's tests ran; the broken backend's were left out
+    assert "15 passed" in proc.stdout   # numpy's tests ran (14 + strided); the broken backend's were left out
 
 
 def test_zero_selected_tests_are_not_checked(cli, tmp_path):

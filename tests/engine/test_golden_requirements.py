@@ -24,12 +24,7 @@ from kvconform.conformance.harness import compare_outputs
 
 #: suite modules with golden tests not (yet) declared as `GOLDENS` of goldens.Golden, and why: a family
 #: adopting the structure removes its line (the test below then fails until it does)
-NOT_DECLARED = {
-    "test_rotation": "goldens as parametrized tests",
-    "test_eviction": "goldens as parametrized tests",
-    "test_metadata": "goldens as parametrized tests (and ragged_paged_attention_csr's csr_golden, MD-23)",
-    "test_recurrent_store": "a multi-step golden script; recurrent_store_step has no features",
-}
+NOT_DECLARED: dict[str, str] = {}
 
 
 def _suite_modules():
@@ -54,7 +49,8 @@ def test_every_module_with_goldens_declares_them():
     declaring = {name for name, m in modules.items()
                  if isinstance(getattr(m, "GOLDENS", None), tuple) and all(
                      isinstance(g, goldens.Golden) for g in m.GOLDENS)}
-    assert {"test_recurrent", "test_recurrent_gated_delta", "test_paged_attention", "test_mla"} <= declaring
+    assert {"test_recurrent", "test_recurrent_gated_delta", "test_paged_attention", "test_mla", "test_rotation",
+            "test_eviction", "test_metadata", "test_recurrent_store"} <= declaring
     assert with_goldens - declaring <= set(NOT_DECLARED), sorted(with_goldens - declaring - set(NOT_DECLARED))
     assert not declaring & set(NOT_DECLARED), f"declared now, remove from NOT_DECLARED: {declaring & set(NOT_DECLARED)}"
 
@@ -62,7 +58,7 @@ def test_every_module_with_goldens_declares_them():
 @pytest.mark.parametrize("golden", _declared(), ids=lambda g: f"{g.op}:{g.name}")
 def test_golden_requires_what_it_uses(golden):
     family = importlib.import_module(f"kvconform.conformance.strategies.{OPS[golden.op]}")
-    registered = set(FEATURES[golden.op])
+    registered = set(FEATURES.get(golden.op, ()))   # the metadata bookkeeping ops have no features
     assert set(golden.features) | set(golden.options) <= registered, "unregistered feature names"
     for options in golden.restatements():
         case, expected = golden.build(options)
@@ -77,12 +73,31 @@ def test_golden_requires_what_it_uses(golden):
 
 
 _REAL = ("channels", "head_dim", "state_size", "key_dim", "value_dim")
+#: the smallest page size a serving stack uses (vLLM's default block size 16)
+_REAL_PAGE = 16
 
 
 @pytest.mark.parametrize("op", sorted({g.op for g in _declared()}))
 def test_some_golden_at_real_sizes(op):
-    """A backend claiming only real head / state sizes (64 … 256) still runs goldens (issue 31)."""
+    """A backend claiming only real head / state sizes (64 … 256) and page sizes (16 …) still runs goldens
+    (issue 31); an op with none of these dimensions runs every golden it has."""
     family = importlib.import_module(f"kvconform.conformance.strategies.{OPS[op]}")
     sizes = [family.USES[op](g.build(frozenset())[0])[1] for g in _declared() if g.op == op]
-    real = [s for s in sizes if any(k in s for k in _REAL) and all(s[k] >= 64 for k in _REAL if k in s)]
-    assert real, f"no golden of {op} at real sizes (every one of {_REAL} it has >= 64): {sizes}"
+    real = [s for s in sizes if all(s[k] >= 64 for k in _REAL if k in s) and s.get("page_size", _REAL_PAGE) >= _REAL_PAGE]
+    assert real, f"no golden of {op} at real sizes (every one of {_REAL} it has >= 64, page size >= 16): {sizes}"
+
+
+def _golden(op: str, name: str):
+    return next(g for g in _declared() if g.op == op and g.name == name)
+
+
+def test_space_carries_the_layout_a_golden_needs():
+    """What USES puts in a golden's space is judged against the claims: an interleaved rotation golden is
+    outside a backend that claims only the half layout (constraints.outside reads `layout`)."""
+    from kvconform.backends.base import OpClaims
+    from kvconform.conformance.strategies import rotation as ro
+    from kvconform.conformance.strategies.constraints import outside
+    f32 = dict(dtypes=("float32",), kv_dtypes=("float32",))
+    _, space = ro.USES["rotate_keys"](_golden("rotate_keys", "interleaved_per_block").build(frozenset())[0])
+    assert outside(OpClaims(**f32, layouts=("half",)), space) == ["does not claim layout=interleaved"]
+    assert not outside(OpClaims(**f32, layouts=("half", "interleaved")), space)
