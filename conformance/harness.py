@@ -214,7 +214,10 @@ class Harness:
             # Hypothesis allows one observation per label per example; a body may compare several times.
             worst = self._example_error
             if self.profile.target and worst is not None and math.isfinite(worst):
-                hypothesis.target(worst, label="error / allowed")
+                # the label is part of what the derandomized ci search follows: renaming it (issue 28) lost three
+                # mutants the ci profile finds along today's path (WriteKvE5m2OverflowToInf,
+                # LutRoundedToCacheDtype, HeadBlockStraddlesKvHeads), so it keeps its old name
+                hypothesis.target(worst, label="headroom")
 
         # Hypothesis keys its example database on the function: make it unique per test item.
         run.hypothesis.inner_test.__qualname__ = re.sub(r"\W", "_", self.node.nodeid)

@@ -25,7 +25,7 @@ class _Worker:
         self.behaviour = behaviour
         self.calls = 0
 
-    def call(self, op, inputs, timeout=None):
+    def call(self, op, inputs, timeout=None, layouts=None):
         self.calls += 1
         return self.behaviour(op, dict(inputs)), []
 

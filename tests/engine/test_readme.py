@@ -37,3 +37,24 @@ def test_the_readme_commands_parse_and_exist():
 
 def test_the_readme_is_a_page():
     assert len(README.read_text().splitlines()) <= 125
+
+
+def test_the_performance_pages_commands_exist():
+    """docs/performance.md's command blocks (the models profile's runs, the GPU steps still to run) name
+    commands that exist: kvconform lines parse, scripts are in the tree, STEPS are steps native_check.sh has."""
+    page = (README.parent / "docs" / "performance.md").read_text()
+    lines = [line.split("#")[0].strip() for block in re.findall(r"```(?:sh)?\n(.*?)```", page, re.S)
+             for line in block.splitlines()]
+    lines = [line for line in lines if line]
+    assert lines
+    check = (README.parent / "benchmarks" / "triton" / "native_check.sh").read_text()
+    for line in lines:
+        words = shlex.split(line.replace("[--timeout 300]", "--timeout 300"))
+        if words[0] == "kvconform":
+            cli._parser().parse_args(words[1:])
+        for word in words:
+            if word.startswith("STEPS="):
+                for step in word.split("=", 1)[1].split():
+                    assert re.search(rf"^\s+{step}\)", check, re.M), (step, line)
+            elif re.match(r"benchmarks/\S+\.(sh|py)$", word):
+                assert (README.parent / word).exists(), word
