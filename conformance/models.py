@@ -53,7 +53,7 @@ import numpy as np
 from kvconform.reference import dtypes
 
 from .case import Case
-from .scale import spread_pages, spread_slots
+from .scale import page_table, spread_slots
 from .strategies.values import floats
 
 #: tokens per KV page (vLLM's default block size) and DeepSeek's latent pages (FlashMLA)
@@ -273,21 +273,9 @@ def _activations(rng, shape, dtype: str) -> np.ndarray:
     return rng.standard_normal(shape, dtype=np.float32).astype(dtypes.resolve_dtype(dtype))
 
 
-def _page_table(rng, kv_lens, page_size: int) -> tuple[np.ndarray, int]:
-    """(page table [S, max pages], pool pages): each sequence's pages distinct and spread over a pool with
-    a few pages to spare."""
-    counts = [-(-int(k) // page_size) for k in kv_lens]
-    num_pages = sum(counts) + 8
-    pages = spread_pages(rng, num_pages, counts, num_pages)
-    table = np.zeros((len(kv_lens), max(counts + [1])), dtype=np.int32)
-    for i, p in enumerate(pages):
-        table[i, :len(p)] = p
-    return table, num_pages
-
-
 def _attention_case(mc: ModelCase, rng) -> Case:
     d = mc.dims
-    table, num_pages = _page_table(rng, d["kv_lens"], d["page_size"])
+    table, num_pages = page_table(rng, d["kv_lens"], d["page_size"])
     pool_shape = (num_pages, d["page_size"], d["hkv"], d["d"])
     k_pages, v_pages = (_activations(rng, pool_shape, d["kv_dtype"]) for _ in range(2))
     cu = np.concatenate([[0], np.cumsum(d["q_lens"])]).astype(np.int32)
@@ -308,7 +296,7 @@ def _write_case(mc: ModelCase, rng) -> Case:
     """The new tokens of the attention batch (the last q_len positions of each sequence) written to their
     slots of the sequence's pages."""
     d = mc.dims
-    table, num_pages = _page_table(rng, d["kv_lens"], d["page_size"])
+    table, num_pages = page_table(rng, d["kv_lens"], d["page_size"])
     slots = []
     for i, (q_len, kv_len) in enumerate(zip(d["q_lens"], d["kv_lens"])):
         pos = np.arange(kv_len - q_len, kv_len)
@@ -326,7 +314,7 @@ def _write_case(mc: ModelCase, rng) -> Case:
 
 def _mla_case(mc: ModelCase, rng) -> Case:
     d = mc.dims
-    table, num_pages = _page_table(rng, d["kv_lens"], d["page_size"])
+    table, num_pages = page_table(rng, d["kv_lens"], d["page_size"])
     cu = np.concatenate([[0], np.cumsum(d["q_lens"])]).astype(np.int32)
     T = int(cu[-1])
     inputs = dict(q_nope=_activations(rng, (T, d["hq"], d["d_c"]), d["dtype"]),

@@ -418,15 +418,21 @@ def gdn_update_case(rng, *, act: str, pool_dtype: str, rows: int, heads, rebuild
     return Case("gated_delta_rule_update", inputs, params)
 
 
+def page_table(rng, kv_lens, page_size: int) -> tuple[np.ndarray, int]:
+    """(page_indices: i32[S, max pages], pool pages): each sequence's pages distinct and spread over a pool
+    with 8 pages to spare."""
+    counts = [-(-int(k) // page_size) for k in kv_lens]
+    num_pages = sum(counts) + 8
+    table = np.zeros((len(kv_lens), max(counts + [1])), dtype=np.int32)
+    for i, p in enumerate(spread_pages(rng, num_pages, counts, num_pages)):
+        table[i, :len(p)] = p
+    return table, num_pages
+
+
 def mla_case(rng, *, dtype: str, dims, kv_lens, rebuild: str = "") -> Case:
     """An absorbed-MLA decode batch (one row per sequence) over a periodic latent pool (ML-1)."""
     H, d_c, d_r, page_size = dims
-    counts = [-(-int(k) // page_size) for k in kv_lens]
-    num_pages = sum(counts) + 8
-    pages = spread_pages(rng, num_pages, counts, num_pages)
-    table = np.zeros((len(kv_lens), max(counts + [1])), dtype=np.int32)
-    for i, p in enumerate(pages):
-        table[i, :len(p)] = p
+    table, num_pages = page_table(rng, kv_lens, page_size)
     rows = len(kv_lens)
     inputs = dict(q_nope=floats(rng, (rows, H, d_c), dtype), q_pe=floats(rng, (rows, H, d_r), dtype),
                   c_kv_pages=periodic(rng, (num_pages, page_size, d_c), dtype),
