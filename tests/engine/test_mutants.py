@@ -13,7 +13,7 @@ import pytest
 
 from kvconform.conformance.cli import main as kvconform_main
 from kvconform.conformance.mutants import all_mutants
-from kvconform.conformance.strategies.recurrent_reach import smallest_size
+from kvconform.conformance.strategies.recurrent.reach import smallest_size
 
 MUTANTS = sorted(all_mutants(), key=lambda m: (m.op, m.spec))   # an op's tests side by side
 #: The long recurrent cases (strategies/recurrent.py) shrink to one sequence of 9 tokens, one past an
