@@ -1,4 +1,9 @@
-"""The suite has teeth: every registered mutant fails on its op and clause with a small counterexample."""
+"""The suite has teeth: every registered mutant fails on its op and clause with a small counterexample.
+
+Each op's selected mutants run as the backends of ONE `kvconform run` of that op (conftest `run_many`,
+shared by the op's tests and across pytest-xdist workers); every check reads only its own mutant's records
+(`backend_spec`), so it means what it meant when each mutant had a run of its own, which
+test_a_run_of_several_backends_keeps_each_ones_records_apart checks against a run of one."""
 from __future__ import annotations
 
 import json
@@ -6,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from kvconform.conformance.cli import main as kvconform_main
 from kvconform.conformance.mutants import all_mutants
 from kvconform.conformance.strategies.recurrent.reach import smallest_size
 
-MUTANTS = all_mutants()
+MUTANTS = sorted(all_mutants(), key=lambda m: (m.op, m.spec))   # an op's tests side by side
 #: The long recurrent cases (strategies/recurrent.py) shrink to one sequence of 9 tokens, one past an
 #: 8-token chunk: 10, with one of slack, is their smallest counterexample whatever the bug.
 LONG_MAX_SIZE = 11
@@ -20,13 +26,26 @@ def _size(params: dict) -> int:
     return sum(params.get("q_lens", [])) + params.get("num_seqs", 0) + params.get("tokens", 0) + params.get("hq", 0)
 
 
+def _mutant_specs(session, op: str) -> list[str]:
+    """The specs of the mutants of `op` whose test this session runs (after -k / deselection; the same in
+    every xdist worker, which all collect the same tests), so a selection runs only what it needs."""
+    chosen = [item.callspec.params["m"] for item in session.items
+              if item.originalname == "test_mutant_is_caught_on_its_op_and_clause" and hasattr(item, "callspec")]
+    return [m.spec for m in chosen if m.op == op]
+
+
 @pytest.mark.parametrize("m", MUTANTS, ids=lambda m: m.spec.split(":")[1])
-def test_mutant_is_caught_on_its_op_and_clause(cli, tmp_path, m):
-    out = tmp_path / "out"
-    proc = cli("run", "--backend", m.spec, "--ops", m.op, "--profile", "ci", "--out", str(out))
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = cli.report(out)
-    failed = [r for r in report["results"] if r["status"] == "fail"]
+def test_mutant_is_caught_on_its_op_and_clause(run_many, request, m):
+    run = run_many(m.op, _mutant_specs(request.session, m.op), "ci")
+    # the run fails (exit 1: alone, each mutant's run did), this mutant has records and no reason of NOT
+    # CHECKED is its own (exit 1 takes precedence over 3, so its own verdict would not show one)
+    assert run.returncode == 1 and run.report is not None, run.output
+    records = run.records(m.spec)
+    assert records, f"no records of {m.spec} in the run of {m.op}: {run.output}"
+    labels = {m.spec} | {r["backend"] for r in records}
+    assert not [n for n in run.report["gate"]["not_checked"] if n.get("backend") in labels], \
+        run.report["gate"]["not_checked"]
+    failed = [r for r in records if r["status"] == "fail"]
     assert failed, "the mutant passed every test"
     right = [r for r in failed if r["op"] == m.op and m.clause in r["clauses"]]
     assert right, f"no failure names op {m.op} and clause {m.clause}: {[(r['op'], r['clauses']) for r in failed]}"
@@ -34,7 +53,7 @@ def test_mutant_is_caught_on_its_op_and_clause(cli, tmp_path, m):
     drawn = [r for r in right if r["layer"] in ("differential", "property")]
     for r in drawn:
         case = json.loads((Path(r["repro"]) / "case.json").read_text())
-        assert case["op"] == r["op"]
+        assert case["op"] == r["op"] and case["backend"] == m.spec
         if str(case["params"].get("variant", "")).startswith("long_"):
             continue   # an attention size-reach column's shape is its threshold (spec PA-51): minimal within it by design
         if case["params"].get("reach") and not m.only_caught_by:
@@ -52,7 +71,7 @@ def test_mutant_is_caught_on_its_op_and_clause(cli, tmp_path, m):
         catching = m.only_caught_by.split("|")
         wrong = [r["id"] for r in failed if not any(c in r["id"] for c in catching)]
         assert not wrong, f"tests other than the {m.only_caught_by!r} ones failed: {wrong}"
-        others = [r for r in report["results"] if r["op"] == m.op and not any(c in r["id"] for c in catching)]
+        others = [r for r in records if r["op"] == m.op and not any(c in r["id"] for c in catching)]
         assert others and all(r["status"] in ("pass", "unsupported") for r in others), \
             [(r["id"], r["status"]) for r in others if r["status"] not in ("pass", "unsupported")]
         assert any(r["layer"] == "differential" and r["status"] == "pass" for r in others)
@@ -64,9 +83,11 @@ def test_mutant_is_caught_on_its_op_and_clause(cli, tmp_path, m):
     # history replays from the history property's reproducer, which records the calls before it)
     chosen = [r for r in right if m.replay_from in r["id"]] if m.replay_from else right
     assert chosen, f"no failing test id contains {m.replay_from!r}"
+    # `kvconform replay`'s own function in this process (the backend still runs in its worker): the
+    # interpreter, pytest and hypothesis are loaded already, which a fresh `kvconform replay` pays ~1 s for
     repro = chosen[0]["repro"]
-    assert cli("replay", repro, "--backend", chosen[0]["backend_spec"]).returncode == 1
-    assert cli("replay", repro, "--backend", "numpy").returncode == 0
+    assert kvconform_main(["replay", repro, "--backend", chosen[0]["backend_spec"]]) == 1
+    assert kvconform_main(["replay", repro, "--backend", "numpy"]) == 0
 
 
 def test_every_family_mutant_names_a_known_op():
@@ -74,3 +95,42 @@ def test_every_family_mutant_names_a_known_op():
     assert MUTANTS
     for m in MUTANTS:
         assert m.op in OPS and m.clause and m.description
+
+
+def _unparametrized(record: dict, spec: str) -> str:
+    """A record's test id without its backend's part (`test_x[WriteKvFoo-base]` -> `test_x[base]`)."""
+    name = spec.split(":")[-1]
+    return record["id"].replace(f"[{name}-", "[").replace(f"[{name}]", "")
+
+
+def test_a_run_of_several_backends_keeps_each_ones_records_apart(cli, run_many, tmp_path):
+    """What the grouped mutant runs rely on: in one run of several backends each record, verdict,
+    counterexample and reproducer is its backend's own, and a backend's results are those it gets alone."""
+    a = "kvconform.conformance.mutants.paged_attention:WriteKvInt8ThroughInt32"
+    b = "kvconform.conformance.mutants.paged_attention:WriteKvGridFollowsKeys"
+    specs = ("numpy", a, b)
+    group = run_many("write_kv", specs, "ci")
+    assert group.returncode == 1, group.output
+    assert {r["backend_spec"] for r in group.report["results"]} == set(specs)
+    tests = {spec: sorted(_unparametrized(r, spec) for r in group.records(spec)) for spec in specs}
+    assert tests[a] == tests[b] == tests["numpy"] and len(set(tests["numpy"])) == len(tests["numpy"]) > 0
+    # the reference passes beside two failing backends: no failure leaks into another backend's records
+    assert all(r["status"] in ("pass", "unsupported") for r in group.records("numpy"))
+    for spec in (a, b):
+        failed = [r for r in group.records(spec) if r["status"] == "fail"]
+        assert failed and all(spec.split(":")[1] in r["id"] for r in failed)
+        for r in failed:
+            assert json.loads((Path(r["repro"]) / "case.json").read_text())["backend"] == spec
+    repros = [r["repro"] for r in group.report["results"] if r.get("repro")]
+    assert len(repros) == len(set(repros))
+    # alone, `a` gets the same verdict on every test, with the same counterexample
+    out = tmp_path / "alone"
+    assert cli("run", "--backend", a, "--ops", "write_kv", "--profile", "ci", "--out", str(out)).returncode == 1
+    alone = {_unparametrized(r, a): r for r in cli.report(out)["results"]}
+    grouped = {_unparametrized(r, a): r for r in group.records(a)}
+    assert set(alone) == set(grouped)
+    for test, r in grouped.items():
+        assert (r["status"], r.get("counterexample")) == (alone[test]["status"], alone[test].get("counterexample")), test
+        if r.get("repro"):
+            params = [json.loads((Path(x["repro"]) / "case.json").read_text())["params"] for x in (r, alone[test])]
+            assert params[0] == params[1], test
