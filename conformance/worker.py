@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import backend_text
-from .protocol import ALIAS, InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs  # noqa: F401
+from .protocol import (ALIAS, InputSnapshot, ProtocolViolation, aliased_inputs, plain_data,  # noqa: F401
+                       plain_text, protocol_outputs)
 from .strided import StridedInputs
 
 
@@ -64,8 +65,17 @@ def _error_payload(exc: BaseException) -> tuple:
     """(type name, message, traceback, class names of the MRO, raise site): what BackendError is rebuilt
     from. The traceback is whole: a limit would keep the outermost frames and drop the innermost, where
     it was raised."""
-    names = tuple(c.__name__ for c in type(exc).__mro__)
-    return type(exc).__name__, str(exc), traceback.format_exc(), names, raise_site(exc)
+    names = tuple(plain_text(c.__name__) for c in type(exc).__mro__)
+    return (plain_text(type(exc).__name__), _message(exc), traceback.format_exc(), names,
+            plain_text(raise_site(exc)))
+
+
+def _message(exc: BaseException) -> str:
+    """str(exc) as an exact str (protocol.plain_text); a __str__ that raises is said, not propagated."""
+    try:
+        return plain_text(exc)
+    except Exception as inner:   # noqa: BLE001 - the backend's __str__ is the backend's code
+        return f"(its message could not be read: str() raised {type(inner).__name__})"
 
 
 def exception_line(message: str) -> str:
@@ -136,11 +146,11 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
         conn.send(("error", (type(exc).__name__, str(exc), "")))
         return
     try:
-        conn.send(("ok", backend.describe()))
+        conn.send(("ok", plain_data(backend.describe())))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - availability() or capabilities() failed: claims unreadable
-        conn.send(("claims-error", (type(exc).__name__, f"describe() {backends.failure_words(exc)}",
+        conn.send(("claims-error", (plain_text(type(exc).__name__), f"describe() {backends.failure_words(exc)}",
                                     traceback.format_exc(limit=6))))
         return
     while True:
@@ -169,10 +179,10 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
             result = getattr(backend, op)(**kwargs)
             backend_seconds = time.perf_counter() - started
         except Unsupported as exc:
-            conn.send(("declined", str(exc)))
+            conn.send(("declined", _message(exc)))
             continue
-        except Exception as exc:
-            conn.send(("error", _error_payload(exc)))
+        except BaseException as exc:  # noqa: BLE001 - pytest.skip(), sys.exit(), KeyboardInterrupt in an op
+            conn.send(("error", _error_payload(exc)))   # are the backend's raise, not a dead worker
             continue
         finally:
             capture.end()
@@ -558,7 +568,7 @@ class InProcess:
         self.spec = spec
         self.backend = backends.load(spec)
         try:
-            self.description = self.backend.describe()
+            self.description = plain_data(self.backend.describe())   # as the worker sends it
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - as in the worker (_serve)
