@@ -524,6 +524,7 @@ def cmd_replay(args) -> int:
     from . import flaky
     from .worker import BackendUnavailable, InProcess, Worker
     from kvconform import backends, reference
+    from kvconform.backends.base import description_problems
     try:
         case, meta = case_io.load(Path(args.directory))
     except case_io.NoReproducer as exc:
@@ -551,6 +552,12 @@ def cmd_replay(args) -> int:
         worker.describe()
     except (backends.BackendLoadError, BackendUnavailable) as exc:
         raise UsageError(str(exc)) from None
+    problems = description_problems(worker.description)
+    if problems:   # as in a run (loading.py): claims that cannot be used check nothing
+        from .backend_text import visible
+        worker.stop()
+        print(f"NOT CHECKED: backend {visible(spec)}: its claims cannot be used: {visible('; '.join(problems))}")
+        return 3
     print(f"replay {args.directory}: op {case.op}, backend {spec}, clauses {', '.join(meta.get('clauses') or [])}")
     print(f"  case: {case.shape_summary()}")
     if (meta.get("diagnosis") or {}).get("summary"):
