@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from . import artifacts, backend_text, expectations, flaky, gate, interrupt, loading, outdir, profiles, progress
+from . import (artifacts, backend_text, expectations, finite_json, flaky, gate, interrupt, loading, outdir, profiles,
+               progress)
 from .harness import ConformanceFailure, Harness
 from .rejection import InvalidErrorCase
 from .worker import BackendCrash, EngineError
@@ -189,7 +190,7 @@ class RunState:
                 (self.out / "backends").mkdir(parents=True, exist_ok=True)
                 safe = artifacts.case_id(loaded.spec)
                 outdir.write_atomic(self.out / "backends" / f"{safe}.json",
-                                    json.dumps(dict(loaded.description, spec=loaded.spec), indent=2, default=str)
+                                    finite_json.dumps(dict(loaded.description, spec=loaded.spec), indent=2, default=str)
                                     + "\n")
             except OSError as exc:   # a full disk: the run stops after this test
                 interrupt.STOP.write_error = interrupt.STOP.write_error or (
@@ -546,7 +547,7 @@ def pytest_runtest_makereport(item, call):
         _failure_record(record, failure, message, rate, state, item)
     if failure is not None and failure.get("output") is not None:
         failure["output"].discard()   # moved into failure.txt, or not kept
-    rep.user_properties.append(("kvconform", json.dumps(record, default=str)))
+    rep.user_properties.append(("kvconform", finite_json.dumps(record, default=str)))
     # JUnit reads properties from the teardown report, which copies item.user_properties.
     for key in ("backend", "op", "layer", "status"):
         item.user_properties.append((f"kvc_{key}", str(record[key])))

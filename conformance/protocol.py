@@ -37,6 +37,8 @@ import numpy as np
 from kvconform.adapters.arrays import ConversionError, describe_array, host_view, is_torch_tensor, to_numpy
 from kvconform.reference import dtypes
 
+from .backend_text import without_surrogates
+
 __all__ = ["ProtocolViolation", "Outputs", "protocol_outputs", "structure_problem", "InputSnapshot",
            "aliased_inputs", "ALIAS", "plain_data", "plain_text", "Opaque"]
 
@@ -135,10 +137,11 @@ def _plain_array(arr: np.ndarray, what: str) -> np.ndarray:
 
 def plain_text(value: Any) -> str:
     """`value` as an exact `str` (a `str` subclass copied; anything else through `str()`, here where the
-    backend runs): what may cross to the run's process without carrying a class of the backend's."""
+    backend runs), lone surrogates written as escapes (backend_text.without_surrogates): what may cross to
+    the run's process without carrying a class of the backend's or a text no file can hold."""
     if not isinstance(value, str):
         value = str(value)
-    return str.__str__(value) if type(value) is not str else value
+    return without_surrogates(str.__str__(value) if type(value) is not str else value)
 
 
 class Opaque:

@@ -26,7 +26,7 @@ from kvconform import SPEC_VERSION, __version__
 
 from .. import expectations as expectations_mod
 from .. import gate as gate_mod
-from .. import outdir
+from .. import finite_json, outdir
 from ..backend_text import visible
 
 SCHEMA = "kvconform.report/1"
@@ -255,7 +255,7 @@ def write_all(out: Path, report: dict | None = None, run: dict | None = None, se
         records, backends = distinct_backends(read_results(out / outdir.RESULTS), _load_backends(out))
         report = assemble(records, backends=backends, run=run, session=session)
     from . import html, junit, markdown
-    outdir.write_atomic(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+    outdir.write_atomic(out / "report.json", finite_json.dumps(report, indent=1, default=str) + "\n")
     outdir.write_atomic(out / "report.md", markdown.render(report))
     outdir.write_atomic(out / "report.html", html.render(report))
     outdir.write_atomic(out / "junit.xml", junit.render(report))
