@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from . import (artifacts, backend_text, expectations, finite_json, flaky, gate, interrupt, loading, outdir, profiles,
-               progress)
+               progress, selection)
 from .harness import ConformanceFailure, Harness
 from .rejection import InvalidErrorCase
 from .worker import BackendCrash, EngineError
@@ -62,7 +62,9 @@ class RunState:
     def __init__(self, config):
         opt = config.getoption
         self.config = config
-        self.out = Path(opt("kvc_out")).resolve() if opt("kvc_out") else None
+        # collect-only runs nothing: no verdict, and the output folder is left as it is (selection.py)
+        self.collect_only = selection.collect_only(config)
+        self.out = Path(opt("kvc_out")).resolve() if opt("kvc_out") and not self.collect_only else None
         self.resume = opt("kvc_resume")
         self.controller = not hasattr(config, "workerinput")
         options = self._options(config)
@@ -91,7 +93,7 @@ class RunState:
         # backend before collection (controller), leaves out the tests of those that cannot be checked,
         # and turns the verdict into the exit status. A session with neither (this plugin is loaded in
         # every pytest session of the environment) keeps pytest's own outcome.
-        self.gate_on = bool(opt("kvc_backend") or opt("kvc_out"))
+        self.gate_on = bool(opt("kvc_backend") or opt("kvc_out")) and not self.collect_only
         inherited = getattr(config, "workerinput", {})   # from the controller (pytest_configure_node)
         self.not_runnable: dict[str, str] = dict(inherited.get("kvc_not_runnable", {}))
         self.names: dict[str, str] = dict(inherited.get("kvc_names", {}))
@@ -99,6 +101,7 @@ class RunState:
         self.foreign_failures = False         # a failed test that is not a conformance test
         self.lost: list[dict] = []            # engine trouble the records cannot show (gate reasons)
         self.selected: int | None = None      # conformance tests selected before sharding and resuming
+        self.planned: int | None = None       # conformance tests this session is to run (None: not collected here)
         self.suite_ops: set[str] | None = None
         self.by_hand = _selected_by_hand(config)
         self.gate: dict | None = None
@@ -371,6 +374,11 @@ def pytest_collection_modifyitems(session, config, items):
                 item.add_marker(pytest.mark.xfail(reason=match.reason, strict=match.strict))
                 item._kvc_expectation = match
     state.selected, state.suite_ops = selected, suite_ops
+    state.planned = sum(1 for item in keep if item.get_closest_marker("kvconform") is not None)
+    if config.pluginmanager.hasplugin("timeout"):   # the engine bounds each backend call (selection.py)
+        for item in keep:
+            if item.get_closest_marker("kvconform") is not None:
+                item.add_marker(pytest.mark.timeout(0))
     if hasattr(config, "workeroutput"):   # pytest-xdist worker: the controller's gate needs the counts
         config.workeroutput["kvc_selected"] = selected
         config.workeroutput["kvc_suite_ops"] = sorted(suite_ops)
@@ -382,6 +390,19 @@ def pytest_collection_modifyitems(session, config, items):
                                 for item in keep if item.get_closest_marker("kvconform") is not None})
     if conformance:   # before any test draws a case, in every process that collected conformance tests
         profiles.ignore_source_constants()
+
+
+def pytest_collection_finish(session):
+    """pytest's cache selection (`--lf`, `--sw`) deselects after this plugin counted the run's tests (its
+    hook wraps the others): what it left out is counted here, from the final items (selection.py)."""
+    state = session.config._kvconform
+    if state.planned is None or not state.gate_on:
+        return
+    final = sum(1 for item in session.items if item.get_closest_marker("kvconform") is not None)
+    narrowed = selection.narrowed_by_cache(session.config, state.planned, final)
+    if narrowed:
+        state.lost.append(gate.reason("selection", narrowed))
+    state.planned = final
 
 
 def _backend_spec(item) -> str:
@@ -736,6 +757,13 @@ def pytest_sessionfinish(session, exitstatus):
     from .report import build
     report, extra = None, list(state.lost)
     stop = interrupt.STOP
+    early = session.shouldfail or session.shouldstop
+    if early and not stop.signal and state.gate_on:   # -x, --maxfail, --sw: the rest was not run
+        ran = sum(1 for r in state.records if r.get("status") in FINAL)
+        stopped = selection.stopped_early(session.config, state.planned if state.planned is not None else ran + 1,
+                                          ran)
+        if stopped:
+            extra.append(gate.reason("selection", stopped))
     if state.out is not None and state.results_path.exists():
         reason = stop.reason()
         status = "interrupted" if stop.signal else "cut short" if stop.write_error else "complete"
