@@ -10,8 +10,8 @@ import pytest
 
 import lying_backends as lying
 from kvconform import reference
-from kvconform.conformance.protocol import Opaque, ProtocolViolation, plain_data, protocol_outputs
-from kvconform.conformance.worker import _error_payload
+from kvconform.conformance.engine.protocol import Opaque, ProtocolViolation, plain_data, protocol_outputs
+from kvconform.conformance.engine.call_errors import _error_payload
 
 
 class _EngineOnly(pickle.Unpickler):

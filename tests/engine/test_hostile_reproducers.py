@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from kvconform.conformance import case as case_io
-from kvconform.conformance.case import Case
+from kvconform.conformance.engine import case as case_io
+from kvconform.conformance.engine.case import Case
 
 
 def _write_kv_reproducer(directory):
