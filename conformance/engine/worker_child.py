@@ -14,6 +14,7 @@ from kvconform.conformance.engine.protocol import (InputSnapshot, ProtocolViolat
                                                    plain_text, protocol_outputs)
 from kvconform.conformance.engine.strided import StridedInputs
 from .call_errors import _error_payload, exception_message
+from .runner_guard import RunnerGuard
 
 
 def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | None = None,
@@ -27,6 +28,7 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
         fault_file = open(fault_path, "w")  # noqa: SIM115 - must stay open for the life of the process
         faulthandler.enable(file=fault_file, all_threads=True)
     capture = _Capture(output_path)
+    guard = RunnerGuard(parent)   # os.kill / os.killpg aimed at the run are held back (runner_guard.py)
     from kvconform import backends
     from kvconform.backends.base import Unsupported
     # The interpreter, NumPy and the engine are up: from here on the time is the backend's own (its
@@ -38,7 +40,12 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
         conn.send(("error", (type(exc).__name__, str(exc), "")))
         return
     try:
-        conn.send(("ok", plain_data(backend.describe())))   # built-in data only (protocol.plain_data)
+        description = plain_data(backend.describe())   # built-in data only (protocol.plain_data)
+        signalled = guard.take("while loading")
+        if signalled:
+            conn.send(("error", ("RunnerSignalled", f"backend {spec!r} {signalled}", "")))
+            return
+        conn.send(("ok", description))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - availability() or capabilities() failed: claims unreadable
@@ -78,6 +85,10 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
             continue
         finally:
             capture.end()
+        signalled = guard.take(f"during {op}")
+        if signalled:
+            conn.send(("protocol", signalled))
+            continue
         try:   # the engine's side: an error here is never "backend raised"
             try:   # converted before pickling, which a generator or a device tensor would not survive
                 outputs = protocol_outputs(result)

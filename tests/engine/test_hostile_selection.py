@@ -75,3 +75,4 @@ def test_pytest_timeout_does_not_end_a_conformance_test(tmp_path):
     assert "INTERNALERROR" not in proc.stdout + proc.stderr and "Timeout" not in proc.stdout
     (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert record["status"] == "pass"
+
