@@ -220,6 +220,11 @@ def _status(rep, call, harness) -> tuple[str, str]:
     if call.excinfo is not None and call.excinfo.errisinstance(InvalidErrorCase):
         # an error case the reference accepts tests nothing: a bug of the suite, not of the backend
         return "error", f"[{harness.op}] invalid error case (suite bug): {call.excinfo.value}"
+    if call.excinfo is not None and call.excinfo.errisinstance(MemoryError):
+        # in the run's process (a backend's own MemoryError comes back from its worker as BackendError):
+        # drawing or the reference ran out of memory, never the backend's failure
+        return "error", (f"[{harness.op}] the engine ran out of memory (not the backend's): "
+                         f"{call.excinfo.typename}: {call.excinfo.value}")
     if call.excinfo is not None and call.excinfo.errisinstance(EngineError):
         return "error", f"[{harness.op}] engine error (not the backend's): {call.excinfo.value}"
     from hypothesis.errors import Flaky, FlakyFailure
