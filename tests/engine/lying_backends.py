@@ -92,6 +92,15 @@ class RaisesWithOwnText(_OnlyRotateKeys):
         raise ValueError(MessageText("rotation failed"))
 
 
+class SkipsInOp(_OnlyRotateKeys):
+    """Calls pytest.skip() inside the op (a BaseException): the backend's raise, not a dead worker."""
+    name = "skips-in-op"
+
+    def rotate_keys(self, **kw):
+        import pytest
+        pytest.skip("no kernel for this shape")
+
+
 class NumpyIntegerClaims(NumpyBackend):
     """Claims written with NumPy integers (page sizes from an array): valid claims, as the same Python ints."""
     name = "numpy-integer-claims"
@@ -116,6 +125,10 @@ def make_dtype_metadata():
 
 def make_own_text():
     return RaisesWithOwnText()
+
+
+def make_skips_in_op():
+    return SkipsInOp()
 
 
 def make_numpy_integer_claims():

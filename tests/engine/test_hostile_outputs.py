@@ -3,6 +3,7 @@ of its values in its worker, before anything judges it, and nothing of the backe
 process (tests/engine/lying_backends.py)."""
 from __future__ import annotations
 
+import json
 import pickle
 
 import numpy as np
@@ -84,12 +85,14 @@ def test_texts_and_descriptions_cross_as_built_in_data():
 def test_lying_outputs_fail_through_a_run_and_the_run_never_imports_the_backend(cli, tmp_path, monkeypatch):
     """One run of the three liars' rotate_keys goldens, differentials and poison tests: every one fails (the
     7.0s are seen), the metadata liar passes (its values are right), and the run's own process never
-    imports the backends' module: only their workers do."""
+    imports the backends' module: only their workers do. In the same run: pytest.skip() inside an op is
+    the backend's raise, and claims written with NumPy integers are valid."""
     mark = tmp_path / "imports.txt"
     monkeypatch.setenv("KVCONFORM_TEST_IMPORT_MARK", str(mark))
     out = tmp_path / "out"
     proc = cli("run", "--backend", "lying_backends:make_subclass", "--backend", "lying_backends:make_array_method",
                "--backend", "lying_backends:make_dtype_metadata", "--backend", "lying_backends:make_own_text",
+               "--backend", "lying_backends:make_skips_in_op", "--backend", "lying_backends:make_numpy_integer_claims",
                "--ops", "rotate_keys", "--out", str(out), "--", "-k", "golden or differential or poison")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     by_backend = {}
@@ -102,6 +105,11 @@ def test_lying_outputs_fail_through_a_run_and_the_run_never_imports_the_backend(
     assert {r["status"] for r in by_backend["lies-by-dtype-metadata"]} == {"pass"}
     own_text = by_backend["raises-with-own-text"]
     assert {r["status"] for r in own_text} == {"fail"} and "rotation failed" in own_text[0]["message"]
+    skips = by_backend["skips-in-op"]
+    assert {r["status"] for r in skips} == {"fail"}, [r["message"][:300] for r in skips]
+    assert "backend raised Skipped: no kernel for this shape" in skips[0]["message"]
+    assert "worker process died" not in skips[0]["message"]
+    assert "numpy-integer-claims" not in json.dumps(cli.report(out)["gate"]["not_checked"])   # np.int64 claims are ints
     importers = {line.split()[1] for line in mark.read_text().splitlines()}   # the parent pid of each importer
     # every importer is a worker, whose parent is the run's pytest process; that process itself never imports
     pids = {line.split()[0] for line in mark.read_text().splitlines()}
