@@ -1,0 +1,30 @@
+"""The smaller edges of the second hostile round (item 7) that are fixed: a suite module that cannot be
+imported by `kvconform coverage --suite`, and `to_torch(x, "cuda")` where torch has no CUDA, each one
+line in words, never a traceback. (pytest.skip() in an op and NumPy-integer claims: test_hostile_outputs.py;
+replay with a list `op` and the replaying backend's claims: test_hostile_reproducers.py.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def test_coverage_of_a_suite_with_a_broken_module_is_one_line(cli, tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_broken.py").write_text("import kvconform_no_such_module_here\n")
+    proc = cli("coverage", "--suite", str(suite))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "kvconform coverage: NOT CHECKED:" in proc.stdout and "test_broken.py cannot be imported" in proc.stdout
+    assert "ModuleNotFoundError" in proc.stdout
+
+
+def test_to_torch_on_a_device_torch_does_not_have_is_said_in_words():
+    torch = pytest.importorskip("torch")
+    from kvconform.adapters.arrays import ConversionError, to_torch
+    if not torch.cuda.is_available():
+        with pytest.raises(ConversionError, match="device 'cuda': CUDA is not available here"):
+            to_torch(np.zeros(2, np.float32), "cuda")
+    with pytest.raises(ConversionError, match="device 'cdua' is not a torch device"):
+        to_torch(np.zeros(2, np.float32), "cdua")
+    assert to_torch(np.zeros(2, np.float32), "cpu").device.type == "cpu"
