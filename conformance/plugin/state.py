@@ -82,6 +82,10 @@ class RunState:
         error (in every xdist process alike: each reads the same run.json)."""
         opt = config.getoption
         ops = [o.strip() for o in opt("kvc_ops").split(",") if o.strip()] if opt("kvc_ops") else None
+        from kvconform.backends.base import OPS, did_you_mean
+        unknown = [o for o in ops or () if o not in OPS]
+        if unknown:   # as `kvconform run --ops`: a typo is bad input, not "no test was selected"
+            raise pytest.UsageError("; ".join(f"--kvc-ops: unknown op {o!r}{did_you_mean(o, OPS)}" for o in unknown))
         given = {"profile": opt("kvc_profile"), "ops": ops,
                  "backends": list(dict.fromkeys(opt("kvc_backend"))) or None,   # a repeated spec runs once
                  "seed": _seed(config), "timeout": opt("kvc_timeout"),

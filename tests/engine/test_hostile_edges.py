@@ -28,3 +28,14 @@ def test_to_torch_on_a_device_torch_does_not_have_is_said_in_words():
     with pytest.raises(ConversionError, match="device 'cdua' is not a torch device"):
         to_torch(np.zeros(2, np.float32), "cdua")
     assert to_torch(np.zeros(2, np.float32), "cpu").device.type == "cpu"
+
+
+def test_a_misspelled_kvc_ops_is_a_usage_error_naming_the_close_match(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs",
+                           "kvconform.conformance.suite", "--kvc-backend", "numpy", "--kvc-ops", "write_kvv"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]   # pytest's usage error
+    assert "--kvc-ops: unknown op 'write_kvv' (did you mean 'write_kv'?)" in proc.stderr
+    assert "no test was selected" not in proc.stdout
