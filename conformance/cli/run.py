@@ -19,7 +19,7 @@ def _resumed(args, out: Path) -> None:
              "timeout": args.timeout, "expectations": [str(Path(p).resolve()) for p in args.expectations] or None,
              "run_unclaimed": args.run_unclaimed, "max_crashes": args.max_crashes}
     try:
-        kept = outdir.resumed_options(out, given)
+        kept = outdir.resumed_options(out, given, args.shard)
     except outdir.FolderError as exc:
         raise UsageError(str(exc)) from None
     args.profile, args.backend, args.seed, args.timeout = kept["profile"], kept["backends"] or [], kept["seed"], kept["timeout"]

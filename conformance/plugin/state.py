@@ -93,7 +93,7 @@ class RunState:
                  "run_unclaimed": opt("kvc_run_unclaimed"), "max_crashes": opt("kvc_max_crashes")}
         if self.resume and self.out is not None and outdir.read_run(self.out) is not None:
             try:
-                given = outdir.resumed_options(self.out, given)
+                given = outdir.resumed_options(self.out, given, config.getoption("kvc_shard"))
             except outdir.FolderError as exc:
                 raise pytest.UsageError(str(exc)) from None
             if given["seed"] is not None and _seed(config) is None:

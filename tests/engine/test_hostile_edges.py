@@ -39,3 +39,14 @@ def test_a_misspelled_kvc_ops_is_a_usage_error_naming_the_close_match(tmp_path):
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]   # pytest's usage error
     assert "--kvc-ops: unknown op 'write_kvv' (did you mean 'write_kv'?)" in proc.stderr
     assert "no test was selected" not in proc.stdout
+
+
+def test_a_shard_folder_resumed_as_another_shard_is_refused(cli, tmp_path):
+    out = tmp_path / "out"
+    first = cli("run", "--backend", "numpy", "--ops", "write_kv", "--out", str(out), "--shard", "1/2", "--",
+                "-k", "differential and base")
+    assert first.returncode in (0, 3), first.stdout[-2000:]
+    other = cli("run", "--resume", "--out", str(out), "--shard", "2/2")
+    assert other.returncode == 2, other.stdout[-2000:] + other.stderr[-2000:]
+    assert other.stderr.count("\n") == 1 and "--resume continues shard 1/2" in other.stderr
+    assert "--shard 2/2 differs" in other.stderr
