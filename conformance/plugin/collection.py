@@ -11,12 +11,19 @@ from .outcomes import _report_the_message_only
 def pytest_generate_tests(metafunc):
     if "kvc" in metafunc.fixturenames:
         state = metafunc.config._kvconform
-        metafunc.parametrize("kvc_backend", state.backends, ids=[_backend_id(b) for b in state.backends],
-                             scope="function")
+        metafunc.parametrize("kvc_backend", state.backends,
+                             ids=[_backend_id(b, state.backends) for b in state.backends], scope="function")
 
 
-def _backend_id(spec: str) -> str:
-    return spec.split(":")[-1] if ":" in spec else spec
+def _backend_id(spec: str, specs=()) -> str:
+    """A backend's part of a test id: its factory's name (`make_backend` of `mypkg.kernels:make_backend`), or
+    the whole spec with `:` as `.` when another backend of the run has a factory of that name (two
+    `...:make`): pytest would otherwise number them `make0`, `make1` in the order they were given, and a
+    test's id, its JUnit name and its reproducer's folder would change with that order."""
+    short = spec.split(":")[-1] if ":" in spec else spec
+    if ":" in spec and any(other != spec and other.split(":")[-1] == short for other in specs):
+        return spec.replace(":", ".")
+    return short
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -31,13 +38,14 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    specs = sorted(config._kvconform.backends, key=lambda b: len(_backend_id(b)), reverse=True)
+    every = config._kvconform.backends
+    specs = sorted(every, key=lambda b: len(_backend_id(b, every)), reverse=True)
 
     class ModuleBackendScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.partition("::")[0]
             backend = _backend_in_id(nodeid, specs)
-            return f"{module}@{_backend_id(backend) if backend else ''}"
+            return f"{module}@{_backend_id(backend, specs) if backend else ''}"
 
     return ModuleBackendScheduling(config, log)
 
@@ -73,7 +81,8 @@ def pytest_collection_modifyitems(session, config, items):
             keep.append(item)
             if config.getoption("tbstyle", "auto") == "auto":
                 _report_the_message_only(item)
-            names = {_backend_id(backend), backend, state.names.get(backend, backend)}
+            names = {_backend_id(backend, state.backends), _backend_id(backend), backend,
+                     state.names.get(backend, backend)}
             match = expectations.first_match(state.expectations, item.nodeid, names)
             if match is not None:
                 item.add_marker(pytest.mark.xfail(reason=match.reason, strict=match.strict))
@@ -123,7 +132,7 @@ def pytest_xdist_node_collection_finished(node, ids):
     if state is None or state.progress is not None or not config.getoption("kvc_progress"):
         return
     ops = progress.ops_of_ids(ids, Path(str(config.rootpath)))
-    specs = sorted(state.backends, key=lambda b: len(_backend_id(b)), reverse=True)
+    specs = sorted(state.backends, key=lambda b: len(_backend_id(b, state.backends)), reverse=True)
     _plan_progress(config, {i: (_backend_in_id(i, specs), op) for i, op in ops.items()})
 
 
@@ -131,8 +140,9 @@ def _backend_in_id(nodeid: str, specs: list[str]) -> str:
     """The backend spec a suite test id is parametrized with (`test_x[numpy-...]`); "" if none."""
     name = nodeid.partition("::")[2]
     params = name[name.find("[") + 1:] if "[" in name else ""
-    return next((b for b in specs if params.startswith(_backend_id(b))
-                 and params[len(_backend_id(b)):len(_backend_id(b)) + 1] in ("-", "]")), "")
+    ids = {b: _backend_id(b, specs) for b in specs}
+    return next((b for b in specs if params.startswith(ids[b]) and params[len(ids[b]):len(ids[b]) + 1] in ("-", "]")),
+                "")
 
 
 def _plan_progress(config, groups: dict) -> None:

@@ -50,3 +50,17 @@ def test_a_shard_folder_resumed_as_another_shard_is_refused(cli, tmp_path):
     assert other.returncode == 2, other.stdout[-2000:] + other.stderr[-2000:]
     assert other.stderr.count("\n") == 1 and "--resume continues shard 1/2" in other.stderr
     assert "--shard 2/2 differs" in other.stderr
+
+
+def test_test_ids_of_two_factories_of_one_name_do_not_depend_on_their_order(cli, tmp_path):
+    """Two backends whose factories are both `make`: their tests' ids (JUnit names, reproducer folders)
+    are the same whichever is given first, not pytest's `make0` / `make1`."""
+    def ids(*specs):
+        args = [a for s in specs for a in ("--backend", s)]
+        proc = cli("run", *args, "--ops", "write_kv", "--out", str(tmp_path / "out"), "--", "--co", "-k",
+                   "differential and base")
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return sorted(line.strip() for line in proc.stdout.splitlines() if "::" in line)
+    forward = ids("text_backends:make", "record_tamper:make")
+    assert forward == ids("record_tamper:make", "text_backends:make")
+    assert any("[text_backends.make-base]" in i for i in forward) and not any("make0" in i for i in forward)
