@@ -116,6 +116,7 @@ def to_torch(x, device="cpu", *, dtype=None, keep_strides: bool = False):
     memory x spans) instead of being contiguous. Negative strides exist in NumPy only: with keep_strides
     they are a ConversionError (a contiguous copy is the only torch form)."""
     torch = _torch()
+    device = _usable_device(torch, device)
     if is_torch_tensor(x):   # already a tensor: still a copy, on the device asked for
         t = x.detach().to(device).clone()
         return t if dtype is None else t.to(torch_dtype(dtype))
@@ -128,6 +129,19 @@ def to_torch(x, device="cpu", *, dtype=None, keep_strides: bool = False):
         host = np.array(x, order="C", copy=True)    # never the caller's memory, whatever x's layout
         t = _from_numpy_bits(host, name).to(device)
     return t if dtype is None else t.to(torch_dtype(dtype))
+
+
+def _usable_device(torch, device):
+    """`device` as a torch.device, or ConversionError in words: a name torch does not know, or CUDA asked
+    for where torch has none (torch's own error is an AssertionError, "Torch not compiled with CUDA")."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ConversionError(f"to_torch: device {device!r} is not a torch device ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConversionError(f"to_torch: device {device!r}: CUDA is not available here (torch {torch.__version__}, "
+                              f"built with CUDA {torch.version.cuda or 'none'}); use device='cpu'")
+    return dev
 
 
 def _from_numpy_bits(host: np.ndarray, name: str):

@@ -180,6 +180,30 @@ _NAME_FIELDS = ("dtypes", "kv_dtypes", "layouts", "features")
 _SIZE_FIELDS = ("page_sizes", "head_dims")
 
 
+#: the memory one drawn case may hold, in bytes (spec/numerics.md, "Case size"): a claim whose smallest case
+#: is larger cannot be drawn and is a claims problem; the environment variable KVCONFORM_CASE_MEMORY
+#: (bytes) sets another budget
+CASE_MEMORY_BUDGET = 2 ** 30
+
+
+def case_memory_budget() -> int:
+    """CASE_MEMORY_BUDGET, or KVCONFORM_CASE_MEMORY when it holds an integer number of bytes >= 1."""
+    import os
+    raw = os.environ.get("KVCONFORM_CASE_MEMORY", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) >= 1 else CASE_MEMORY_BUDGET
+
+
+def _budget_problem(what: str, smallest: int) -> str | None:
+    """Why a claim whose smallest case has one dimension of `smallest` elements cannot be drawn: a float64
+    array with that one dimension alone is `smallest * 8` bytes; None within the budget."""
+    budget = case_memory_budget()
+    if smallest * 8 <= budget:
+        return None
+    return (f"{what} {smallest}: a case with it cannot be drawn (one float64 row of {smallest} elements is "
+            f"{smallest * 8:,} bytes, above the per-case memory budget of {budget:,} bytes; "
+            f"KVCONFORM_CASE_MEMORY sets another)")
+
+
 def dtype_names() -> tuple[str, ...]:
     """The dtype names claims may use: the reference's canonical float and quantized names
     (reference/dtypes.py: "float32", "bfloat16", "float8_e4m3fn", "int8", ...) and NumPy's integer names
@@ -278,6 +302,10 @@ def _op_claims_problems(op: str, raw) -> list[str]:
         elif not all(_is_int(v) and v >= 1 for v in sizes):
             bad = ", ".join(repr(v) for v in sizes if not (_is_int(v) and v >= 1))
             found.append(f"{op}: {field_name} must be integers >= 1, got {bad}")
+        else:
+            problem = _budget_problem(field_name, min(sizes))
+            if problem:
+                found.append(f"{op}: {problem}")
     limits = raw.get("limits") or {}
     if not isinstance(limits, Mapping):
         found.append(f"{op}: limits must be a dict, got {type(limits).__name__} {limits!r}")
@@ -289,6 +317,11 @@ def _op_claims_problems(op: str, raw) -> list[str]:
         problem = _limit_problem(name, value)
         if problem:
             found.append(f"{op}: limit {name}={value!r}: {problem}")
+        elif isinstance(value, Mapping) and LIMIT_KINDS.get(name, "size") == "size":
+            smallest = max(value.get("min") or 0, min(value["values"]) if value.get("values") else 0)
+            problem = _budget_problem(f"its smallest {name}", smallest)
+            if problem:
+                found.append(f"{op}: limit {name}={value!r}: {problem}")
     return found
 
 

@@ -29,6 +29,7 @@ def cmd_replay(args) -> int:
     from kvconform.conformance.engine import flaky
     from kvconform.conformance.engine.call_errors import BackendUnavailable
     from kvconform.conformance.engine.worker import InProcess, Worker
+    from kvconform.backends.base import description_problems
     try:
         case, meta = case_io.load(Path(args.directory))
     except case_io.NoReproducer as exc:
@@ -56,6 +57,12 @@ def cmd_replay(args) -> int:
         worker.describe()
     except (backends.BackendLoadError, BackendUnavailable) as exc:
         raise UsageError(str(exc)) from None
+    problems = description_problems(worker.description)
+    if problems:   # as in a run (engine/loading.py): claims that cannot be used check nothing
+        from kvconform.conformance.engine.backend_text import visible
+        worker.stop()
+        print(f"NOT CHECKED: backend {visible(spec)}: its claims cannot be used: {visible('; '.join(problems))}")
+        return 3
     print(f"replay {args.directory}: op {case.op}, backend {spec}, clauses {', '.join(meta.get('clauses') or [])}")
     print(f"  case: {case.shape_summary()}")
     if (meta.get("diagnosis") or {}).get("summary"):

@@ -22,7 +22,7 @@ def _resumed(args, out: Path) -> None:
              "timeout": args.timeout, "expectations": [str(Path(p).resolve()) for p in args.expectations] or None,
              "run_unclaimed": args.run_unclaimed, "max_crashes": args.max_crashes}
     try:
-        kept = outdir.resumed_options(out, given)
+        kept = outdir.resumed_options(out, given, args.shard)
     except outdir.FolderError as exc:
         raise UsageError(str(exc)) from None
     args.profile, args.backend, args.seed, args.timeout = kept["profile"], kept["backends"] or [], kept["seed"], kept["timeout"]
@@ -124,15 +124,19 @@ def cmd_run(args) -> int:
             raise UsageError(f"argument --expectations: {exc}") from None
     specs = _named_backends(args.backend, "run")
     out = _check_out(args.out)
+    # collect-only runs nothing: no verdict, and the output folder is left as it is (run/selection.py)
+    collect_only = any(a in ("--co", "--collect-only") for a in args.pytest_args)
     try:   # before loading any backend: a second run into this folder stops here, in one line
-        outdir.lock(out)
+        if not collect_only:
+            outdir.lock(out)
     except outdir.FolderError as exc:
         raise UsageError(str(exc)) from None
     timeout = args.timeout or profile.call_timeout
     if not specs:
         specs = _runnable_here(timeout)
         if not specs:
-            outdir.unlock(out)
+            if not collect_only:
+                outdir.unlock(out)
             print("kvconform run: NOT CHECKED no backend can run here (see `kvconform list`)", flush=True)
             return EXIT_NOT_CHECKED
     if profile.native_only:
@@ -143,7 +147,7 @@ def cmd_run(args) -> int:
     ini = Path(config_dir.name) / "pytest.ini"
     ini.write_text("[pytest]\n")
     pytest_args = [str(suite), "-c", str(ini), "--rootdir", str(suite.parent.parent), "-p", "no:cacheprovider",
-                   "-q", "--kvc-out", str(out), "--kvc-profile", args.profile]
+                   "-q", "--kvc-profile", args.profile] + ([] if collect_only else ["--kvc-out", str(out)])
     for spec in specs:
         pytest_args += ["--kvc-backend", spec]
     if ops:
@@ -175,6 +179,10 @@ def cmd_run(args) -> int:
         code = int(pytest.main(pytest_args))
     finally:
         config_dir.cleanup()
+    if collect_only:
+        print(f"kvconform run: collect only (--co): nothing was run or judged; {out} was left as it was",
+              flush=True)
+        return EXIT_OK if code in (0, 5) else _run_exit(code)
     if STOP.exit_code() is not None and code in (EXIT_FAILED, STOP.exit_code()):
         # interrupted (130, 143) or cut short by a record it could not write (3, or 1 if a test failed before)
         if STOP.write_error:

@@ -8,7 +8,8 @@ per call cannot blow up results.jsonl, the reports or the CLI output.
 
 `visible` writes control characters (ESC, NUL, DEL, C1, bidirectional overrides) as escapes (`\\x1b`),
 so a backend's text cannot move a terminal's cursor, hide part of a report or break XML; newlines and
-tabs stay.
+tabs stay. Lone surrogates (`\\ud800`, which a Python str may hold but no UTF-8 file or XML document can)
+are written as escapes too, so such a name or message cannot leave a report unwritten.
 """
 from __future__ import annotations
 
@@ -23,13 +24,23 @@ OUTPUT_CAP = 4000
 #: bytes of one text kept in a failure's whole-text file (failure.txt): bounded too, far above any cap
 FULL_TEXT_CAP = 64 * 1024 * 1024
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                      "\ud800-\udfff]")
 
 
 def visible(text) -> str:
     """`text` with every control character but newline and tab written as an escape: `\\x1b`, `\\x00`,
-    `\\r`, `\\u202e` (a right-to-left override)."""
+    `\\r`, `\\u202e` (a right-to-left override), `\\ud800` (a lone surrogate)."""
     return _CONTROL.sub(_escape, str(text))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> str:
+    """`text` with its lone surrogates written as escapes (`\\ud800`) and nothing else changed: what a text
+    from a backend becomes as it leaves the backend's worker (protocol.plain_text)."""
+    return _SURROGATE.sub(_escape, text)
 
 
 def _escape(match: re.Match) -> str:

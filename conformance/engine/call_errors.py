@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import traceback
 
+from kvconform.conformance.engine.protocol import plain_text
+
 
 class BackendCrash(BaseException):
     """The backend process died or hung during a call."""
@@ -25,8 +27,18 @@ def _error_payload(exc: BaseException) -> tuple:
     """(type name, message, traceback, class names of the MRO, raise site): what BackendError is rebuilt
     from. The traceback is whole: a limit would keep the outermost frames and drop the innermost, where
     it was raised."""
-    names = tuple(c.__name__ for c in type(exc).__mro__)
-    return type(exc).__name__, str(exc), traceback.format_exc(), names, raise_site(exc)
+    names = tuple(plain_text(c.__name__) for c in type(exc).__mro__)
+    return (plain_text(type(exc).__name__), exception_message(exc), traceback.format_exc(), names,
+            plain_text(raise_site(exc)))
+
+
+def exception_message(exc: BaseException) -> str:
+    """str(exc) as an exact str (protocol.plain_text: nothing of the backend's crosses to the run's
+    process); a __str__ that raises is said, not propagated."""
+    try:
+        return plain_text(exc)
+    except Exception as inner:   # noqa: BLE001 - the backend's __str__ is the backend's code
+        return f"(its message could not be read: str() raised {type(inner).__name__})"
 
 
 def exception_line(message: str) -> str:

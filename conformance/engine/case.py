@@ -144,12 +144,61 @@ def _json_scalar(v):
     return v
 
 
+#: the JSON values a case.json scalar may hold (an input that is no array): what `_json_scalar` writes
+_SCALAR_TYPES = (type(None), bool, int, float, str)
+
+
+def _declared_problem(meta: dict) -> str | None:
+    """Why case.json does not describe a call of an op (a reproducer is data): its `op` must be one of
+    backends.base.OPS (anything else could name any function the reference module exposes, such as an
+    importer), its inputs the parameter names of that op's reference function, each an array (listed
+    under "arrays") or a JSON scalar (None, bool, int, float, str, a {"float": ...} non-finite float, and
+    plan_eviction's {"EvictionConfig": {...}}). None when it does."""
+    import inspect
+
+    from kvconform import reference
+    from kvconform.backends.base import OPS
+    op = meta.get("op")
+    if not isinstance(op, str) or op not in OPS:
+        shown = repr(op) if isinstance(op, str) else f"a JSON {type(op).__name__}"
+        return f"'op' is {_clip(shown)}, not an op of kvconform (one of {', '.join(OPS)})"
+    params = inspect.signature(getattr(reference, op)).parameters
+    order, arrays, scalars = meta.get("order", []), meta.get("arrays", {}), meta.get("scalars", {})
+    if not isinstance(order, list) or not isinstance(arrays, dict) or not isinstance(scalars, dict):
+        return "'order' must be a list, 'arrays' and 'scalars' objects"
+    for name in order:
+        if not isinstance(name, str) or name not in params:
+            return (f"input {_clip(repr(name))} is not an argument of {op} "
+                    f"(its arguments: {', '.join(params)})")
+        if name in arrays:
+            continue
+        if name not in scalars:
+            return f"input {name!r} is neither under 'arrays' nor under 'scalars'"
+        value = scalars[name]
+        if isinstance(value, dict) and (set(value) == {"float"} and isinstance(value["float"], str)
+                                        or (op, name, tuple(value)) == ("plan_eviction", "config",
+                                                                        ("EvictionConfig",))):
+            continue
+        if not isinstance(value, _SCALAR_TYPES):
+            return (f"input {name!r} of {op} is a JSON {type(value).__name__}; an input is an array or one "
+                    f"of None, a boolean, a number, a string")
+    return None
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _from_json_scalar(v):
     if isinstance(v, dict) and set(v) == {"float"}:
         return float(v["float"])
     if isinstance(v, dict) and set(v) == {"EvictionConfig"} and isinstance(v["EvictionConfig"], dict):
         from kvconform.reference.eviction import EvictionConfig
-        return EvictionConfig(**v["EvictionConfig"])
+        fields = {f.name for f in dataclasses.fields(EvictionConfig)}
+        given = v["EvictionConfig"]
+        if not set(given) <= fields or not all(isinstance(x, _SCALAR_TYPES) for x in given.values()):
+            raise ValueError(f"EvictionConfig takes the fields {', '.join(sorted(fields))}, each a JSON scalar")
+        return EvictionConfig(**given)
     return v
 
 
@@ -216,6 +265,9 @@ def load(directory: Path) -> tuple[Case, dict]:
         raise CorruptReproducer(f"{directory}/case.json is not valid JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("schema") != CASE_SCHEMA or "op" not in meta:
         raise CorruptReproducer(f"{directory}/case.json is not a {CASE_SCHEMA} file")
+    problem = _declared_problem(meta)
+    if problem:
+        raise CorruptReproducer(f"{directory}/case.json: {problem}")
     if meta.get("inputs_omitted"):
         raise CorruptReproducer(f"{directory}: {meta['inputs_omitted']}")
     try:

@@ -9,6 +9,15 @@ protocol, or an array that cannot be converted, is a `ProtocolViolation` whose m
 ("returned a list, ...", "returned a torch.bfloat16 tensor on cuda:0 that could not be converted: ..."),
 never a NumPy error charged to the kernel as "backend raised".
 
+**Outputs that lie.** What leaves the worker is plain data, so that nothing the backend defined runs where
+the verdict is made: every array becomes an exact `np.ndarray` (a view taken with `np.ndarray.view`,
+which runs none of a subclass's methods) of a dtype the spec knows, without dtype metadata; an ndarray
+subclass whose `__array_ufunc__` answers "equal", an `__array__` that returns one, a dtype carrying
+objects, are all reduced to the backend's values before anything compares them. A NamedTuple's field
+names become exact `str`s, and `plain_data` does the same for the backend's description and the texts
+of its exceptions (a `str` subclass would be unpickled, importing the backend's module, in the run's
+process).
+
 Purity (backends/base.py: ops never modify their inputs and return fresh arrays) is checked through any
 array-like too: `InputSnapshot` compares the bits of every input after the call with a copy taken before,
 and `aliased_inputs` finds outputs sharing memory with an input through their host memory, whatever wraps
@@ -19,15 +28,19 @@ from __future__ import annotations
 
 import functools
 from collections import namedtuple
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kvconform.adapters.arrays import ConversionError, describe_array, host_view, is_torch_tensor, to_numpy
+from kvconform.reference import dtypes
+
+from .backend_text import without_surrogates
 
 __all__ = ["ProtocolViolation", "Outputs", "protocol_outputs", "structure_problem", "InputSnapshot",
-           "aliased_inputs", "ALIAS"]
+           "aliased_inputs", "ALIAS", "plain_data", "plain_text", "Opaque"]
 
 _PROTOCOL = "protocol: backends/base.py"
 
@@ -72,6 +85,11 @@ def protocol_outputs(result: Any) -> Outputs:
     iterators are violations: a list of two pools would silently stack into one array."""
     if isinstance(result, tuple):
         fields = tuple(result._fields) if hasattr(result, "_fields") else None
+        if fields is not None:
+            if not all(isinstance(f, str) for f in fields) or len(fields) != len(result):
+                raise ProtocolViolation(f"returned {_kind(result)} whose _fields are not one name per "
+                                        f"element ({_PROTOCOL})")
+            fields = tuple(plain_text(f) for f in fields)
         names = [f"field {f}" for f in fields] if fields is not None else [f"element {i}" for i in range(len(result))]
         return Outputs(tuple(_converted(part, f"a tuple whose {name} is ") for name, part in zip(names, result)),
                        fields)
@@ -89,10 +107,87 @@ def _converted(value: Any, where: str) -> np.ndarray:
         what = describe_array(value)
         detail = str(exc).removeprefix(f"{what} could not be converted: ")
         raise ProtocolViolation(f"returned {where}{what} that could not be converted: {detail}") from None
-    if arr.dtype == object:
-        raise ProtocolViolation(f"returned {where}{describe_array(value)} that converts to an object array, "
-                                f"not numbers ({_PROTOCOL})")
-    return arr
+    return _plain_array(arr, f"{where}{describe_array(value)}")
+
+
+#: dtype kinds that hold numbers (bool, signed and unsigned integers, floats, complex); ml_dtypes' bfloat16
+#: and float8 formats are kind 'V' and are matched by name (reference/dtypes.py DTYPES)
+_NUMBER_KINDS = "biufc"
+
+
+def _plain_array(arr: np.ndarray, what: str) -> np.ndarray:
+    """`arr` as an exact np.ndarray of a dtype without metadata: `np.ndarray.view` builds the base-class
+    view without calling anything the subclass defines (its `view`, `__array_finalize__`, `dtype`
+    property); the dtype is rebuilt from its name. `what` names the array in the message of a
+    ProtocolViolation for a dtype that holds no numbers (object, structured, strings, dates)."""
+    base = np.ndarray.view(arr, np.ndarray)
+    dt = base.dtype
+    name = dtypes.dtype_name(dt)
+    if name in dtypes.DTYPES:
+        canonical = dtypes.DTYPES[name]
+    elif dt.kind in _NUMBER_KINDS and not dt.hasobject and dt.names is None:
+        canonical = np.dtype(dt.str)
+    else:
+        kind = "an object array" if dt.hasobject else f"dtype {dt.str!r}"
+        raise ProtocolViolation(f"returned {what} that converts to {kind}, not numbers ({_PROTOCOL})")
+    if canonical is not dt:
+        base = base.view(canonical)
+    return base
+
+
+def plain_text(value: Any) -> str:
+    """`value` as an exact `str` (a `str` subclass copied; anything else through `str()`, here where the
+    backend runs), lone surrogates written as escapes (backend_text.without_surrogates): what may cross to
+    the run's process without carrying a class of the backend's or a text no file can hold."""
+    if not isinstance(value, str):
+        value = str(value)
+    return without_surrogates(str.__str__(value) if type(value) is not str else value)
+
+
+class Opaque:
+    """A value of the backend's own type in its description, as it crosses to the run's process: the type's
+    name and a capped repr, never the object (which pickling would rebuild by importing its module)."""
+
+    def __init__(self, type_name: str, text: str):
+        self.type_name, self.text = type_name, text
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name} {self.text}>"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Opaque) and (self.type_name, self.text) == (other.type_name, other.text)
+
+    __hash__ = None
+
+
+_PLAIN_DEPTH = 20
+
+
+def plain_data(value: Any, depth: int = 0) -> Any:
+    """A backend's description (Backend.describe()) as built-in data only: dicts, lists, tuples, exact str,
+    int, float, bool and None; NumPy scalars become Python numbers (a claim `page_sizes=(np.int64(16),)`
+    is 16); any other object becomes an `Opaque` holding its type name and repr (the claims check then
+    names it). Runs in the worker; nesting deeper than 20 levels is Opaque too."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int.__index__(value) if isinstance(value, int) else int(value)
+    if isinstance(value, (float, np.floating)):
+        return float.__float__(value) if isinstance(value, float) else float(value)
+    if isinstance(value, str):
+        return plain_text(value)
+    if depth < _PLAIN_DEPTH and isinstance(value, Mapping):
+        return {plain_data(k, depth + 1): plain_data(v, depth + 1) for k, v in value.items()}
+    if depth < _PLAIN_DEPTH and isinstance(value, (list, tuple)):
+        items = [plain_data(v, depth + 1) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    try:
+        text = repr(value)
+    except Exception as exc:   # noqa: BLE001 - a repr that raises still names its type
+        text = f"(repr raised {type(exc).__name__})"
+    return Opaque(plain_text(type(value).__name__), plain_text(text)[:200])
 
 
 def _array_like(value: Any) -> bool:

@@ -35,7 +35,8 @@ import tempfile
 import time
 from typing import NamedTuple
 
-from kvconform.conformance.engine.protocol import InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs
+from kvconform.conformance.engine.protocol import (InputSnapshot, ProtocolViolation, aliased_inputs, plain_data,
+                                                   protocol_outputs)
 from kvconform.conformance.engine.strided import StridedInputs
 
 from .call_errors import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
@@ -281,7 +282,7 @@ class InProcess:
         self.spec = spec
         self.backend = backends.load(spec)
         try:
-            self.description = self.backend.describe()
+            self.description = plain_data(self.backend.describe())   # as the worker sends it
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - as in the worker (_serve)

@@ -12,10 +12,12 @@ import traceback
 from dataclasses import dataclass
 
 from kvconform.conformance.engine import backend_text
-from kvconform.conformance.engine.protocol import InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs
+from kvconform.conformance.engine.protocol import (InputSnapshot, ProtocolViolation, aliased_inputs, plain_data,
+                                                   plain_text, protocol_outputs)
 from kvconform.conformance.engine.strided import StridedInputs
 
-from .call_errors import _error_payload
+from .call_errors import _error_payload, exception_message
+from .runner_guard import RunnerGuard
 
 
 def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | None = None,
@@ -29,6 +31,7 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
         fault_file = open(fault_path, "w")  # noqa: SIM115 - must stay open for the life of the process
         faulthandler.enable(file=fault_file, all_threads=True)
     capture = _Capture(output_path)
+    guard = RunnerGuard(parent)   # os.kill / os.killpg aimed at the run are held back (runner_guard.py)
     from kvconform import backends
     from kvconform.backends.base import Unsupported
 
@@ -41,11 +44,16 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
         conn.send(("error", (type(exc).__name__, str(exc), "")))
         return
     try:
-        conn.send(("ok", backend.describe()))
+        description = plain_data(backend.describe())   # built-in data only (protocol.plain_data)
+        signalled = guard.take("while loading")
+        if signalled:
+            conn.send(("error", ("RunnerSignalled", f"backend {spec!r} {signalled}", "")))
+            return
+        conn.send(("ok", description))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - availability() or capabilities() failed: claims unreadable
-        conn.send(("claims-error", (type(exc).__name__, f"describe() {backends.failure_words(exc)}",
+        conn.send(("claims-error", (plain_text(type(exc).__name__), f"describe() {backends.failure_words(exc)}",
                                     traceback.format_exc(limit=6))))
         return
     while True:
@@ -74,13 +82,17 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
             result = getattr(backend, op)(**kwargs)
             backend_seconds = time.perf_counter() - started
         except Unsupported as exc:
-            conn.send(("declined", str(exc)))
+            conn.send(("declined", exception_message(exc)))
             continue
-        except Exception as exc:
-            conn.send(("error", _error_payload(exc)))
+        except BaseException as exc:  # noqa: BLE001 - pytest.skip(), sys.exit(), KeyboardInterrupt in an op
+            conn.send(("error", _error_payload(exc)))   # are the backend's raise, not a dead worker
             continue
         finally:
             capture.end()
+        signalled = guard.take(f"during {op}")
+        if signalled:
+            conn.send(("protocol", signalled))
+            continue
         try:   # the engine's side: an error here is never "backend raised"
             try:   # converted before pickling, which a generator or a device tensor would not survive
                 outputs = protocol_outputs(result)

@@ -18,7 +18,8 @@ Split by concern: `options.py` (--kvc-* options), `state.py` (the run's state in
 fixture, its status, record, reproducer and replays), `session.py` (start, end, reports, exit status).
 pytest finds the hooks and fixtures as attributes of this module.
 """
-from kvconform.conformance.plugin.collection import (pytest_collection_modifyitems,  # noqa: F401
+from kvconform.conformance.plugin.collection import (pytest_collection_finish,  # noqa: F401
+                                                     pytest_collection_modifyitems,
                                                      pytest_configure_node, pytest_generate_tests,
                                                      pytest_report_teststatus, pytest_testnodedown,
                                                      pytest_xdist_make_scheduler,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance.harness import profiles
-from kvconform.conformance.run import expectations, progress
+from kvconform.conformance.run import expectations, gate, progress, selection
 
 from .outcomes import _report_the_message_only
 
@@ -15,12 +15,19 @@ from .outcomes import _report_the_message_only
 def pytest_generate_tests(metafunc):
     if "kvc" in metafunc.fixturenames:
         state = metafunc.config._kvconform
-        metafunc.parametrize("kvc_backend", state.backends, ids=[_backend_id(b) for b in state.backends],
-                             scope="function")
+        metafunc.parametrize("kvc_backend", state.backends,
+                             ids=[_backend_id(b, state.backends) for b in state.backends], scope="function")
 
 
-def _backend_id(spec: str) -> str:
-    return spec.split(":")[-1] if ":" in spec else spec
+def _backend_id(spec: str, specs=()) -> str:
+    """A backend's part of a test id: its factory's name (`make_backend` of `mypkg.kernels:make_backend`), or
+    the whole spec with `:` as `.` when another backend of the run has a factory of that name (two
+    `...:make`): pytest would otherwise number them `make0`, `make1` in the order they were given, and a
+    test's id, its JUnit name and its reproducer's folder would change with that order."""
+    short = spec.split(":")[-1] if ":" in spec else spec
+    if ":" in spec and any(other != spec and other.split(":")[-1] == short for other in specs):
+        return spec.replace(":", ".")
+    return short
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -35,13 +42,14 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    specs = sorted(config._kvconform.backends, key=lambda b: len(_backend_id(b)), reverse=True)
+    every = config._kvconform.backends
+    specs = sorted(every, key=lambda b: len(_backend_id(b, every)), reverse=True)
 
     class ModuleBackendScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.partition("::")[0]
             backend = _backend_in_id(nodeid, specs)
-            return f"{module}@{_backend_id(backend) if backend else ''}"
+            return f"{module}@{_backend_id(backend, specs) if backend else ''}"
 
     return ModuleBackendScheduling(config, log)
 
@@ -77,12 +85,18 @@ def pytest_collection_modifyitems(session, config, items):
             keep.append(item)
             if config.getoption("tbstyle", "auto") == "auto":
                 _report_the_message_only(item)
-            names = {_backend_id(backend), backend, state.names.get(backend, backend)}
+            names = {_backend_id(backend, state.backends), _backend_id(backend), backend,
+                     state.names.get(backend, backend)}
             match = expectations.first_match(state.expectations, item.nodeid, names)
             if match is not None:
                 item.add_marker(pytest.mark.xfail(reason=match.reason, strict=match.strict))
                 item._kvc_expectation = match
     state.selected, state.suite_ops = selected, suite_ops
+    state.planned = sum(1 for item in keep if item.get_closest_marker("kvconform") is not None)
+    if config.pluginmanager.hasplugin("timeout"):   # the engine bounds each backend call (run/selection.py)
+        for item in keep:
+            if item.get_closest_marker("kvconform") is not None:
+                item.add_marker(pytest.mark.timeout(0))
     if hasattr(config, "workeroutput"):   # pytest-xdist worker: the controller's gate needs the counts
         config.workeroutput["kvc_selected"] = selected
         config.workeroutput["kvc_suite_ops"] = sorted(suite_ops)
@@ -94,6 +108,19 @@ def pytest_collection_modifyitems(session, config, items):
                                 for item in keep if item.get_closest_marker("kvconform") is not None})
     if conformance:   # before any test draws a case, in every process that collected conformance tests
         profiles.ignore_source_constants()
+
+
+def pytest_collection_finish(session):
+    """pytest's cache selection (`--lf`, `--sw`) deselects after this plugin counted the run's tests (its
+    hook wraps the others): what it left out is counted here, from the final items (run/selection.py)."""
+    state = session.config._kvconform
+    if state.planned is None or not state.gate_on:
+        return
+    final = sum(1 for item in session.items if item.get_closest_marker("kvconform") is not None)
+    narrowed = selection.narrowed_by_cache(session.config, state.planned, final)
+    if narrowed:
+        state.lost.append(gate.reason("selection", narrowed))
+    state.planned = final
 
 
 def _backend_spec(item) -> str:
@@ -109,7 +136,7 @@ def pytest_xdist_node_collection_finished(node, ids):
     if state is None or state.progress is not None or not config.getoption("kvc_progress"):
         return
     ops = progress.ops_of_ids(ids, Path(str(config.rootpath)))
-    specs = sorted(state.backends, key=lambda b: len(_backend_id(b)), reverse=True)
+    specs = sorted(state.backends, key=lambda b: len(_backend_id(b, state.backends)), reverse=True)
     _plan_progress(config, {i: (_backend_in_id(i, specs), op) for i, op in ops.items()})
 
 
@@ -117,8 +144,9 @@ def _backend_in_id(nodeid: str, specs: list[str]) -> str:
     """The backend spec a suite test id is parametrized with (`test_x[numpy-...]`); "" if none."""
     name = nodeid.partition("::")[2]
     params = name[name.find("[") + 1:] if "[" in name else ""
-    return next((b for b in specs if params.startswith(_backend_id(b))
-                 and params[len(_backend_id(b)):len(_backend_id(b)) + 1] in ("-", "]")), "")
+    ids = {b: _backend_id(b, specs) for b in specs}
+    return next((b for b in specs if params.startswith(ids[b]) and params[len(ids[b]):len(ids[b]) + 1] in ("-", "]")),
+                "")
 
 
 def _plan_progress(config, groups: dict) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.engine import artifacts, backend_text, flaky
+from kvconform.conformance.engine import artifacts, backend_text, finite_json, flaky
 from kvconform.conformance.engine.call_errors import BackendCrash, EngineError
 from kvconform.conformance.engine.loading import backend_problem
 from kvconform.conformance.engine.rejection import InvalidErrorCase
@@ -111,7 +111,7 @@ def pytest_runtest_makereport(item, call):
         _failure_record(record, failure, message, rate, state, item)
     if failure is not None and failure.get("output") is not None:
         failure["output"].discard()   # moved into failure.txt, or not kept
-    rep.user_properties.append(("kvconform", json.dumps(record, default=str)))
+    rep.user_properties.append(("kvconform", finite_json.dumps(record, default=str)))
     # JUnit reads properties from the teardown report, which copies item.user_properties.
     for key in ("backend", "op", "layer", "status"):
         item.user_properties.append((f"kvc_{key}", str(record[key])))
@@ -223,6 +223,11 @@ def _status(rep, call, harness) -> tuple[str, str]:
     if call.excinfo is not None and call.excinfo.errisinstance(InvalidErrorCase):
         # an error case the reference accepts tests nothing: a bug of the suite, not of the backend
         return "error", f"[{harness.op}] invalid error case (suite bug): {call.excinfo.value}"
+    if call.excinfo is not None and call.excinfo.errisinstance(MemoryError):
+        # in the run's process (a backend's own MemoryError comes back from its worker as BackendError):
+        # drawing or the reference ran out of memory, never the backend's failure
+        return "error", (f"[{harness.op}] the engine ran out of memory (not the backend's): "
+                         f"{call.excinfo.typename}: {call.excinfo.value}")
     if call.excinfo is not None and call.excinfo.errisinstance(EngineError):
         return "error", f"[{harness.op}] engine error (not the backend's): {call.excinfo.value}"
     from hypothesis.errors import Flaky, FlakyFailure

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from kvconform.conformance.run import gate, interrupt, outdir
+from kvconform.conformance.run import gate, interrupt, outdir, selection
 
 from .outcomes import _CONFIG
-from .state import RunState
+from .state import FINAL, RunState
 
 
 def pytest_configure(config):
@@ -41,6 +41,13 @@ def pytest_sessionfinish(session, exitstatus):
     from kvconform.conformance.report import build
     report, extra = None, list(state.lost)
     stop = interrupt.STOP
+    if (session.shouldfail or session.shouldstop) and not stop.signal and state.gate_on:
+        # -x, --maxfail, --sw: the rest of the run was not run (run/selection.py)
+        ran = sum(1 for r in state.records if r.get("status") in FINAL)
+        stopped = selection.stopped_early(session.config, state.planned if state.planned is not None else ran + 1,
+                                          ran)
+        if stopped:
+            extra.append(gate.reason("selection", stopped))
     if state.out is not None and state.results_path.exists():
         reason = stop.reason()
         status = "interrupted" if stop.signal else "cut short" if stop.write_error else "complete"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.engine import artifacts, loading
+from kvconform.conformance.engine import artifacts, finite_json, loading
 from kvconform.conformance.harness import profiles
-from kvconform.conformance.run import expectations, interrupt, outdir
+from kvconform.conformance.run import expectations, interrupt, outdir, selection
 
 from .options import _parse_shard, _seed
 from .outcomes import _CONFIG
@@ -23,7 +23,9 @@ class RunState:
     def __init__(self, config):
         opt = config.getoption
         self.config = config
-        self.out = Path(opt("kvc_out")).resolve() if opt("kvc_out") else None
+        # collect-only runs nothing: no verdict, and the output folder is left as it is (run/selection.py)
+        self.collect_only = selection.collect_only(config)
+        self.out = Path(opt("kvc_out")).resolve() if opt("kvc_out") and not self.collect_only else None
         self.resume = opt("kvc_resume")
         self.controller = not hasattr(config, "workerinput")
         options = self._options(config)
@@ -52,7 +54,7 @@ class RunState:
         # backend before collection (controller), leaves out the tests of those that cannot be checked,
         # and turns the verdict into the exit status. A session with neither (this plugin is loaded in
         # every pytest session of the environment) keeps pytest's own outcome.
-        self.gate_on = bool(opt("kvc_backend") or opt("kvc_out"))
+        self.gate_on = bool(opt("kvc_backend") or opt("kvc_out")) and not self.collect_only
         inherited = getattr(config, "workerinput", {})   # from the controller (pytest_configure_node)
         self.not_runnable: dict[str, str] = dict(inherited.get("kvc_not_runnable", {}))
         self.names: dict[str, str] = dict(inherited.get("kvc_names", {}))
@@ -60,6 +62,7 @@ class RunState:
         self.foreign_failures = False         # a failed test that is not a conformance test
         self.lost: list[dict] = []            # engine trouble the records cannot show (gate reasons)
         self.selected: int | None = None      # conformance tests selected before sharding and resuming
+        self.planned: int | None = None       # conformance tests this session is to run (None: not collected here)
         self.suite_ops: set[str] | None = None
         self.by_hand = _selected_by_hand(config)
         self.gate: dict | None = None
@@ -82,6 +85,10 @@ class RunState:
         error (in every xdist process alike: each reads the same run.json)."""
         opt = config.getoption
         ops = [o.strip() for o in opt("kvc_ops").split(",") if o.strip()] if opt("kvc_ops") else None
+        from kvconform.backends.base import OPS, did_you_mean
+        unknown = [o for o in ops or () if o not in OPS]
+        if unknown:   # as `kvconform run --ops`: a typo is bad input, not "no test was selected"
+            raise pytest.UsageError("; ".join(f"--kvc-ops: unknown op {o!r}{did_you_mean(o, OPS)}" for o in unknown))
         given = {"profile": opt("kvc_profile"), "ops": ops,
                  "backends": list(dict.fromkeys(opt("kvc_backend"))) or None,   # a repeated spec runs once
                  "seed": _seed(config), "timeout": opt("kvc_timeout"),
@@ -89,7 +96,7 @@ class RunState:
                  "run_unclaimed": opt("kvc_run_unclaimed"), "max_crashes": opt("kvc_max_crashes")}
         if self.resume and self.out is not None and outdir.read_run(self.out) is not None:
             try:
-                given = outdir.resumed_options(self.out, given)
+                given = outdir.resumed_options(self.out, given, config.getoption("kvc_shard"))
             except outdir.FolderError as exc:
                 raise pytest.UsageError(str(exc)) from None
             if given["seed"] is not None and _seed(config) is None:
@@ -151,7 +158,7 @@ class RunState:
                 (self.out / "backends").mkdir(parents=True, exist_ok=True)
                 safe = artifacts.case_id(loaded.spec)
                 outdir.write_atomic(self.out / "backends" / f"{safe}.json",
-                                    json.dumps(dict(loaded.description, spec=loaded.spec), indent=2, default=str)
+                                    finite_json.dumps(dict(loaded.description, spec=loaded.spec), indent=2, default=str)
                                     + "\n")
             except OSError as exc:   # a full disk: the run stops after this test
                 interrupt.STOP.write_error = interrupt.STOP.write_error or (

@@ -27,6 +27,7 @@ from kvconform.version import SPEC_VERSION, __version__
 from kvconform.conformance.run import expectations as expectations_mod
 from kvconform.conformance.run import gate as gate_mod
 from kvconform.conformance.run import outdir
+from kvconform.conformance.engine import finite_json
 from kvconform.conformance.engine.backend_text import visible
 from kvconform.conformance.engine.loading import backend_problem
 from kvconform.conformance.engine.records import (LAYERS, LISTED, counts_text, split_counts)
@@ -220,7 +221,7 @@ def write_all(out: Path, report: dict | None = None, run: dict | None = None, se
         records, backends = distinct_backends(read_results(out / outdir.RESULTS), _load_backends(out))
         report = assemble(records, backends=backends, run=run, session=session)
     from . import html, junit, markdown
-    outdir.write_atomic(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+    outdir.write_atomic(out / "report.json", finite_json.dumps(report, indent=1, default=str) + "\n")
     outdir.write_atomic(out / "report.md", markdown.render(report))
     outdir.write_atomic(out / "report.html", html.render(report))
     outdir.write_atomic(out / "junit.xml", junit.render(report))

@@ -70,6 +70,10 @@ def marked_clauses(texts: dict[str, str] | None = None) -> dict[str, str]:
     return marked
 
 
+class SuiteModuleError(ValueError):
+    """A suite module that cannot be imported; the message is one line naming it."""
+
+
 def suite_tests(suite_dir: Path | None = None) -> list[dict]:
     """[{test, module, op, clauses, layer}] for every marked test function of the suite (default: the
     regular suite and the scale profile's, conformance/scale_suite/)."""
@@ -78,7 +82,13 @@ def suite_tests(suite_dir: Path | None = None) -> list[dict]:
     for path in sorted(p for d in dirs for p in d.glob("test_*.py")):
         spec = importlib.util.spec_from_file_location(f"_kvconform_suite_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a broken module (SyntaxError, ImportError, sys.exit)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise SuiteModuleError(f"{path} cannot be imported ({type(exc).__name__}: {first})") from None
         for name, fn in vars(module).items():
             meta = getattr(fn, "kvconform", None)
             if name.startswith("test_") and isinstance(meta, dict):

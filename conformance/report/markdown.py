@@ -7,13 +7,15 @@ per-feature matrix of every cell is in report.html and report.json.
 Every string from a result or a backend description (exception messages, backend names, test ids) goes
 through `_esc`: control characters written as escapes (`\x1b`, backend_text.visible), `&`, `<`, `>`
 HTML-escaped, so a backend printing `<!--` or `<script>` cannot hide the rest of a GitHub step summary,
-and `|` and newlines escaped, so it cannot break out of a table cell or a list item. Such text is never
+and `|` and newlines escaped, so it cannot break out of a table cell or a list item; Markdown's emphasis,
+backticks, brackets and `~` are backslash-escaped, so a name like `*x*` shows as typed. Such text is never
 put in a code span (entities are not decoded there): `_code` is a `<code>` element around escaped text.
 A partial run (interrupted, cut short) says so first.
 """
 from __future__ import annotations
 
 import html
+import re
 
 from kvconform.conformance.engine.backend_text import visible
 from . import overview
@@ -22,9 +24,17 @@ from kvconform.conformance.engine.records import FAILED, STATUS_ORDER, split_cou
 ICON = overview.ICON
 
 
+#: Markdown's inline syntax (emphasis, code spans, links, strikethrough) and the escape itself: every one
+#: is backslash-escaped (CommonMark 2.4: any ASCII punctuation may be). An underscore inside a word
+#: (`test_write_kv`) never opens emphasis (CommonMark 6.2, intraword `_`) and stays as it is.
+_MARKUP = re.compile(r"([\\`*\[\]~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+
+
 def _esc(text) -> str:
-    """Text safe in Markdown prose and table cells: HTML-escaped, `|` escaped, on one line."""
-    return html.escape(visible(text), quote=False).replace("|", "\\|").replace("\n", " ")
+    """Text safe in Markdown prose and table cells: HTML-escaped, Markdown's inline markup characters
+    (`*`, `_` but inside a word, backticks, brackets, `~`, backslash) and `|` backslash-escaped, on one
+    line."""
+    return _MARKUP.sub(r"\\\1", html.escape(visible(text), quote=False)).replace("|", "\\|").replace("\n", " ")
 
 
 def _code(text) -> str:

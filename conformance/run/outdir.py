@@ -135,16 +135,22 @@ def read_run(out: Path) -> dict | None:
     return _json(Path(out) / RUN)
 
 
-def resumed_options(out: Path, given: dict) -> dict:
+def resumed_options(out: Path, given: dict, shard: str | None = None) -> dict:
     """The options of a resumed run: each of RESUMED as run.json saved it, unless given (None: not given).
 
     A given option that differs from the saved one is a FolderError naming both: a resumed run that
     silently used other options would report a mix of two runs under one header. `shard` is not
-    restored: a shard's folder may be resumed as the whole run."""
+    restored: a shard's folder may be resumed as the whole run; resumed as another shard (`shard`, this
+    invocation's I/N, differs from the saved one) it is a FolderError: the folder would hold two shards'
+    results under one shard's name."""
     run = read_run(out)
     if run is None or not isinstance(run.get("options"), dict):
         raise FolderError(f"--resume: {out} holds no run to continue (no readable run.json); start a new run "
                           f"without --resume")
+    if shard is not None and run.get("shard") is not None and str(run["shard"]) != str(shard):
+        raise FolderError(f"--resume continues shard {run['shard']} in {out}; --shard {shard} differs: resume "
+                          f"it as shard {run['shard']} (or the whole run, without --shard), or give shard "
+                          f"{shard} its own --out")
     saved = run["options"]
     merged = {}
     for name in RESUMED:

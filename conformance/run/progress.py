@@ -2,7 +2,8 @@
 
 On a terminal, one line that updates in place: the backend and op of the latest result, that op's tests
 done / total, the run's done / total, failures so far and the time elapsed. Elsewhere (a CI log, a pipe),
-one whole line per (backend, op) when its last test is recorded. Only the controlling pytest process
+one whole line per (backend, op) when its last test is recorded, and the terminal's line whenever 30 s
+passed since the last line (a long op in a CI log is not silent until it ends). Only the controlling pytest process
 prints (results reach it one at a time, also under `--jobs`), each line in one write, so lines never
 interleave. Without --progress nothing is printed beyond pytest's own output.
 
@@ -21,6 +22,8 @@ from kvconform.conformance.engine.records import FAILED
 
 #: the terminal line is redrawn at most this often (a quick op records hundreds of results a second)
 REDRAW_SECONDS = 0.1
+#: in a log, a line at least this often while results are recorded
+HEARTBEAT_SECONDS = 30.0
 
 
 def elapsed_text(seconds: float) -> str:
@@ -46,6 +49,7 @@ class Progress:
         self.finished = 0
         self.failures = 0
         self.last_draw = float("-inf")
+        self.last_line = self.start   # the last whole line written to a log
         self.drawn = False
 
     def plan(self, groups: dict[str, tuple[str, str]]) -> None:
@@ -72,6 +76,10 @@ class Progress:
                 self.write("\r\x1b[K" + self.line(group))
         elif self.done[group] == self.total[group]:
             self.write(self.op_line(group) + "\n")
+            self.last_line = self.clock()
+        elif self.clock() - self.last_line >= HEARTBEAT_SECONDS:
+            self.write(self.line(group) + "\n")
+            self.last_line = self.clock()
 
     def line(self, group: tuple[str, str]) -> str:
         backend, op = group

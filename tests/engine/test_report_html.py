@@ -73,7 +73,8 @@ def test_report_html_plots_error_ratios_and_each_failures_error_profile(cli, tmp
     failed = [r for r in report["results"] if r["status"] == "fail" and r.get("fields")]
     assert failed and any(f.get("profile") for r in failed for f in r["fields"])
     page = (out / "report.html").read_text()
-    with_metric = [r for r in report["results"] if isinstance(r.get("error_ratio"), (int, float)) and r["error_ratio"] > 0]
+    with_metric = [r for r in report["results"] if r.get("error_ratio") == "inf"   # JSON has no infinity
+                   or isinstance(r.get("error_ratio"), (int, float)) and r["error_ratio"] > 0]
     assert page.count("<rect", page.index('id="error-plot"'), page.index("</svg>", page.index('id="error-plot"'))) \
         == len(with_metric)
     assert "worst error / allowed error (log scale; dashed: the tolerance)" in page
