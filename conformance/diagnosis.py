@@ -176,6 +176,9 @@ def _diagnose_differential(kvc, case: Case, symptom: str) -> dict | None:
     original: dict = {}                        # the backend's runs of the original case, for hint checks
     # a strided case (NU-14): first every argument contiguous, then each alone strided
     found = strided.diagnosis_variations(case) + [(v[0], v[1]) for v in make(case) if v is not None]
+    every = every_input_widened(case)
+    if every is not None and all(not _same_case(every[1], v) for _, v in found):
+        found.append(every)   # tells a dtype artifact (an interpreter's bf16 dot, say) from the kernel's math
     for i, (label, variant) in enumerate(found):
         entry = {"name": label}
         gap = _outside_claims(kvc, case, variant)
@@ -380,6 +383,18 @@ def widened(case: Case, names, label: str, to: str = "float32") -> tuple[str, Ca
         return None
     params = dict(case.params)
     return label, Case(case.op, inputs, params, case.seed)
+
+
+def every_input_widened(case: Case) -> tuple[str, Case] | None:
+    """Every float input narrower than float32 widened exactly to float32 (quantized pages stay: their
+    scales make them another computation); None when nothing is narrower."""
+    names = [k for k, v in case.inputs.items() if isinstance(v, np.ndarray)]
+    return widened(case, names, "every input widened to float32 (dtype changed)")
+
+
+def _same_case(a: Case, b: Case) -> bool:
+    return a.op == b.op and set(a.inputs) == set(b.inputs) and all(_same_input(a.inputs[k], b.inputs[k])
+                                                                    for k in a.inputs)
 
 
 def narrowed(case: Case, names, label: str, to: str = "bfloat16") -> tuple[str, Case] | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from . import artifacts, backend_text, expectations, flaky, gate, interrupt, loading, outdir, profiles, progress
+from . import artifacts, backend_text, canaries, expectations, flaky, gate, interrupt, loading, outdir, profiles, progress
 from .harness import ConformanceFailure, Harness
 from .rejection import InvalidErrorCase
 from .worker import BackendCrash, EngineError
@@ -184,6 +184,7 @@ class RunState:
 
     def _keep(self, loaded: loading.Loaded) -> None:
         self.loaded[loaded.spec] = loaded
+        self._canaries(loaded)
         if self.out is not None:
             try:
                 (self.out / "backends").mkdir(parents=True, exist_ok=True)
@@ -195,6 +196,24 @@ class RunState:
                 interrupt.STOP.write_error = interrupt.STOP.write_error or (
                     f"cannot write {self.out}/backends: {exc.strerror or exc}")
                 _stop_session(_CONFIG.get("session"), interrupt.STOP.write_error)
+
+    def _canaries(self, loaded: loading.Loaded) -> None:
+        """A backend in the Triton interpreter or Pallas interpret mode: the platform's canaries
+        (canaries.py) in its description, where the diagnosis, the reports and run.json find them."""
+        if not loaded.description.get("available") or "canaries" in loaded.description:
+            return
+        cache = None
+        if self.out is not None:
+            cache = self.out / "backends"
+            try:
+                cache.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                cache = None
+        found = canaries.results_for(loaded.description, cache)
+        if found:
+            loaded.description["canaries"] = found
+            if self.run is not None:
+                self.run.setdefault("canaries", {})[loaded.spec] = found
 
     def load_all(self, *, serving: bool) -> None:
         """Load every backend of the run at once (the controller, before collection): one line for each
@@ -787,10 +806,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             report = None
     if report is None and state.gate is None:
         return
-    from .report import build
+    from .report import build, causes
     terminalreporter.section("kvconform")
     if report is not None:
-        for line in build.summary_lines(report):
+        for line in build.summary_lines(report, causes.listed_lines(report)):
             terminalreporter.write_line(line)
     if state.gate is not None:
         for line in gate.lines(state.gate):
