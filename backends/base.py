@@ -107,6 +107,11 @@ LIMITS: dict[str, tuple[str, ...]] = {
     "mla_paged_attention": ("q_len", "num_q_heads", "max_kv_len", "max_num_seqs", "page_size", "max_pages",
                             "dtype_pairs"),
 }
+# Claims real kernels needed (spec/paged_attention.md PA-54, spec/mla.md ML-12): the windows a kernel takes
+# (a minimum sliding window: {"min": W}), MLA's RoPE dim d_r ({"values": [64]})
+for _op in ("ragged_paged_attention", "ragged_paged_attention_csr", "mla_paged_attention"):
+    LIMITS[_op] += ("sliding_window",)
+LIMITS["mla_paged_attention"] += ("rope_dim",)
 
 
 #: The `OpClaims` set fields each op's strategies read (dtypes, kv_dtypes, page_sizes, head_dims): a field

@@ -19,6 +19,8 @@ of the backend, reported before any test runs, never an engine error charged to 
 
 Names (per op where they make sense; LIMITS lists which op reads which):
     q_len           query rows of a counted sequence ({"values": [1]}: decode-only; {"max": k}: speculative)
+    sliding_window  the windows drawn ({"min": 128}: a kernel with a minimum window; {"values": [4096]})
+    rope_dim        MLA's RoPE dim d_r ({"values": [64]}: DeepSeek's qk_rope_head_dim)
     num_q_heads     Hq;  num_kv_heads: Hkv;  group_size: Hq // Hkv
     head_dim        D (with `head_dims` as the plain set);  page_size: likewise with `page_sizes`
     max_kv_len      keys of one sequence;  max_num_seqs: sequences of a call;  max_pages: pool size
@@ -132,6 +134,7 @@ _PARAM_CLAIMS = {"dtype": "dtype", "kv_dtype": "kv_dtype", "page_size": "page_si
 _PARAM_CLAIMS.update({k: k for k in ("channels", "width", "num_heads", "state_size", "num_groups", "num_qk_heads",
                                      "key_dim", "value_dim", "dt_softplus", "optional_inputs")})
 _PARAM_CLAIMS.update(lengths="seq_len", seq_len="seq_len")
+_PARAM_CLAIMS.update(sliding_window="sliding_window", rope_dim="rope_dim")
 #: space names of the size limits spelled differently in LIMITS
 _LIMIT_NAMES = {"kv_len": "max_kv_len", "num_seqs": "max_num_seqs", "num_pages": "max_pages"}
 

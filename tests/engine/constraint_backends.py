@@ -98,3 +98,30 @@ class OverclaimsKvHeads(NumpyBackend):
         if k_pages.shape[2] == 3:
             raise kvconform.Unsupported("tiles take 1, 2, 4 or 8 KV heads")
         return reference.ragged_paged_attention(q, k_pages, *args, **kw)
+
+
+class MinimumWindow(NumpyBackend):
+    """A kernel whose sliding windows are at least 8 keys (spec/paged_attention.md PA-54), on ragged and
+    MLA attention; its MLA kernel takes only RoPE dim 4 (spec/mla.md ML-12)."""
+    name = "minimum-window"
+
+    def capabilities(self):
+        found = super().capabilities()
+        limits = {"sliding_window": {"min": 8}}
+        return {"ragged_paged_attention": dataclasses.replace(found["ragged_paged_attention"], layouts=(),
+                                                              limits=limits),
+                "mla_paged_attention": dataclasses.replace(found["mla_paged_attention"],
+                                                           limits=dict(limits, rope_dim={"values": [4]}))}
+
+    def ragged_paged_attention(self, *args, **kw):
+        result = reference.ragged_paged_attention(*args, **kw)
+        if kw.get("sliding_window") is not None and kw["sliding_window"] < 8:
+            raise RuntimeError(f"called outside the claimed limits: sliding_window {kw['sliding_window']}")
+        return result
+
+    def mla_paged_attention(self, q_nope, q_pe, *args, **kw):
+        result = reference.mla_paged_attention(q_nope, q_pe, *args, **kw)
+        if q_pe.shape[2] != 4 or (kw.get("sliding_window") is not None and kw["sliding_window"] < 8):
+            raise RuntimeError(f"called outside the claimed limits: d_r {q_pe.shape[2]}, window "
+                               f"{kw.get('sliding_window')}")
+        return result

@@ -114,3 +114,17 @@ def test_claims_widen_the_size_reach_columns():
     with pytest.raises(pytest.skip.Exception):    # no (Hkv, group) of 128 query heads within 8
         pa._head_counts(OpClaims(features=("gqa",), limits={"num_q_heads": 8}),
                         pa.Variant("long_heads", (), (), reach="heads"))
+
+
+def test_a_minimum_window_and_a_rope_dim_are_honoured_by_every_draw(cli, tmp_path):
+    """PA-54, ML-12: windows below the claimed minimum and other RoPE dims are never drawn, and windowed
+    cases still run."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "constraint_backends:MinimumWindow", "--ops",
+               "ragged_paged_attention,mla_paged_attention", "--profile", "quick", "--out", str(out), "--",
+               "-k", "sliding_window or combined or golden or mla_differential", timeout=900)
+    results = cli.report(out)["results"]
+    bad = [(r["id"], r["message"][:300]) for r in results if r["status"] not in ("pass", "unsupported")]
+    assert proc.returncode == 0 and not bad, bad
+    windowed = [r for r in results if r["status"] == "pass" and "sliding_window" in r["features"]]
+    assert {r["op"] for r in windowed} == {"ragged_paged_attention", "mla_paged_attention"}, windowed
