@@ -111,6 +111,15 @@ def _parser() -> argparse.ArgumentParser:
                           "entry-point name; a package.module:factory is imported only when given here)")
     rep.add_argument("--no-isolation", action="store_true", help="run the backend in this process")
 
+    clm = sub.add_parser("claims", help="the claim vocabulary of an op: OpClaims fields, dtype names and the "
+                                         "dtype pair order, features, layouts, limits and conventions")
+    clm.add_argument("op", nargs="?", default=None, help="the op (without it: the ops)")
+
+    exp = sub.add_parser("expect", help="expectation entries ([[xfail]], with their diagnosis) for the failures of "
+                                        "a run, to edit into a backend's expectations file")
+    exp.add_argument("--from", dest="source", required=True, metavar="OUT", help="a `kvconform run --out` folder")
+    exp.add_argument("--output", default=None, metavar="TOML", help="write the entries there (default: print them)")
+
     report = sub.add_parser("report", help="rebuild a run's reports from its results (report DIR), or join "
                                            "shard reports and judge the whole: every shard present, every "
                                            "claimed op checked (report merge A.json B.json ... --out DIR)",
@@ -132,7 +141,7 @@ def main(argv=None) -> int:
         return EXIT_USAGE if exc.code else 0
     try:
         return {"run": cmd_run, "list": cmd_list, "check-backend": cmd_check_backend, "coverage": cmd_coverage,
-                "replay": cmd_replay, "report": cmd_report}[args.command](args)
+                "replay": cmd_replay, "report": cmd_report, "claims": cmd_claims, "expect": cmd_expect}[args.command](args)
     except UsageError as exc:
         print(f"kvconform: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -497,6 +506,39 @@ def cmd_coverage(args) -> int:
     else:
         for line in coverage.render(table, clauses, prefixes, coverage.marked_clauses()):
             print(line)
+    return 0
+
+
+# --- claims, expect -----------------------------------------------------------------------------------
+
+def cmd_claims(args) -> int:
+    from kvconform.backends.base import OPS
+
+    from . import claims_vocabulary
+    if args.op is None:
+        print("ops (kvconform claims OP for one's vocabulary): " + ", ".join(OPS))
+        return 0
+    try:
+        print("\n".join(claims_vocabulary.lines(args.op)))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return 0
+
+
+def cmd_expect(args) -> int:
+    from . import expect_entries
+    try:
+        text = expect_entries.from_run(Path(args.source))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.output is None:
+        print(text, end="")
+        return 0
+    try:
+        Path(args.output).write_text(text)
+    except OSError as exc:
+        raise UsageError(f"--output {args.output}: {exc.strerror or exc}") from None
+    print(f"wrote {text.count('[[xfail]]')} entries to {args.output}")
     return 0
 
 
