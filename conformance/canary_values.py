@@ -4,9 +4,9 @@ ml_dtypes only, so the expected values never come from the platform under test.
 Dot operands are halves in [-4, 4]: exact in bfloat16, float16 and both float8 formats, their products and
 sums of DOT_SIZE of them exact in float32, so any summation order gives the exact product and a correct
 dot has no error at all. Stored values are rounded to nearest, ties to even, and saturated to the largest
-finite value (the spec's quantize rule, spec/paged_attention.md PA-44, and what GPUs' `satfinite`
-conversions do): 1.97 -> 2.0 in float8 (a carry into the exponent), 464 -> 448 in e4m3fn (a tie to even),
-500 -> 448 in e4m3fn (saturated), -2.71828 -> -2.71875 in bfloat16.
+finite value (the spec's quantize rule, spec/paged_attention.md PA-44): 1.97 -> 2.0 in float8 (a carry into
+the exponent), 464 -> 448 in e4m3fn (a tie to even), 500 -> 448 in e4m3fn (saturated), -2.71828 -> -2.71875
+in bfloat16.
 """
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import numpy as np
 
 DOT_SIZE = 16      # tl.dot's smallest tile
 STORED = (-2.71828, 1.97, 0.1, 464.0, 3.0, -0.3, 1.0e-3)
-#: past e4m3fn's largest finite value (448): Triton's native float8 conversions saturate (`satfinite`), XLA's do
-#: not (NaN), so only the Triton canary stores it
+#: past e4m3fn's largest finite value (448): saturated by the spec's rule; XLA's conversion (Pallas) gives NaN
+#: there by its own definition, not by an interpret-mode defect, so only the Triton canary stores it (whether
+#: Triton's native conversion saturates was not checked on a GPU here)
 PAST_FINITE = 500.0
 
 
