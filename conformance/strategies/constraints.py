@@ -29,6 +29,8 @@ Names (per op where they make sense; LIMITS lists which op reads which):
     recurrent       channels, width (conv); num_heads, head_dim (P, Mamba1: D), state_size (N), num_groups
                     (G); num_qk_heads (Hk), key_dim (K), value_dim (V); seq_len (each packed sequence's
                     length: {"min": 1} = no empty sequences)
+    page tables     seq_len (each counted sequence's kv_len, spec/metadata.md MD-24: {"min": 1} = no empty
+                    sequences) for block_table_to_csr, csr_to_block_table and the slot mappings
 
 A claim may widen the draws as well as narrow them: when no size a column would draw satisfies the
 constraint, its own values (or its smallest multiples, or its minimum) are drawn instead, so a kernel
