@@ -8,6 +8,7 @@ same dtype/feature fingerprint:
 - the fingerprint: the dtypes of the failing counterexample (read from its shape summary, "q: bfloat16[1,
   1, 4], ..."), only those the named canaries concern when the diagnosis names any, and the features the
   passing variations turn off.
+Flaky failures are never grouped (each keeps its own replay rate).
 An entry holds the count, the tests, the smallest counterexample (fewest elements) and one replay command,
 its own; entries with distinct causes come first, the largest group last (a cause behind many failures is
 usually one platform or dtype artifact; the rarer ones are where a kernel's own bug hides).
@@ -86,6 +87,8 @@ def group(report: dict) -> list[Cause]:
     for r in failures(report):
         cause, fingerprint = cause_of(r)
         key = (r["status"], r.get("backend", ""), r.get("op", ""), cause, fingerprint)
+        if r["status"] == "flaky":   # each has its own replay rate: a flaky failure is never a shared cause
+            key += (r["id"],)
         if key not in found:
             found[key] = Cause(r["status"], r.get("backend", ""), r.get("op", ""), cause, fingerprint)
         found[key].records.append(r)
