@@ -17,9 +17,9 @@ from __future__ import annotations
 import html
 import math
 
-from ..backend_text import visible
+from kvconform.conformance.engine.backend_text import visible
 from . import overview
-from .build import FAILED, STATUS_ORDER, cell_status
+from kvconform.conformance.engine.records import FAILED, STATUS_ORDER, cell_status, split_counts
 
 COLOR = {"pass": "#2e7d32", "fail": "#c62828", "crash": "#6a1b9a", "flaky": "#ad1457", "error": "#c62828",
          "xfail": "#f9a825",
@@ -251,7 +251,7 @@ def _failures(report: dict) -> str:
 
 def _canaries(report: dict) -> str:
     """The platform canaries of each backend that ran in an interpreter (canaries.py), each with its result."""
-    from .. import canaries
+    from kvconform.conformance.engine import canaries
     parts = []
     for label, desc in (report.get("backends") or {}).items():
         found = desc.get("canaries") if isinstance(desc, dict) else None
@@ -291,7 +291,6 @@ def _causes(report: dict, anchor: dict) -> str:
 def _totals(report: dict) -> str:
     """Per backend, numerical tests and the errors layer apart; a failure count links to the backend's
     first failure."""
-    from .build import split_counts
     first: dict = {}
     for i, r in enumerate(overview.failures(report), 1):
         first.setdefault(r.get("backend", "?"), i)

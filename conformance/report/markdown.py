@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import html
 
-from ..backend_text import visible
+from kvconform.conformance.engine.backend_text import visible
 from . import causes, overview
-from .build import FAILED, STATUS_ORDER
+from kvconform.conformance.engine.records import FAILED, STATUS_ORDER, split_counts
 
 ICON = overview.ICON
 
@@ -51,7 +51,6 @@ def render(report: dict) -> str:
     if report.get("partial"):
         lines += [f"**PARTIAL RUN:** {_esc(report['partial'])}", ""]
     bad = overview.failures(report)
-    from .build import split_counts
     lines += ["| backend | numerical tests | errors layer (rejection tests) |", "|---|---|---|"]
     for backend, groups in (report.get("counts") or split_counts(report.get("results", []))).items():
         anchor = "failures" if bad else None
@@ -136,7 +135,7 @@ def _failure(i: int, r: dict) -> list[str]:
 
 def _canaries(report: dict) -> list[str]:
     """The platform canaries of each backend that ran in an interpreter (canaries.py): the wrong ones named."""
-    from .. import canaries
+    from kvconform.conformance.engine import canaries
     lines = []
     for label, desc in (report.get("backends") or {}).items():
         found = desc.get("canaries") if isinstance(desc, dict) else None

@@ -138,7 +138,7 @@ class NoEmptyPageTables(NumpyBackend):
         return {op: dataclasses.replace(found[op], limits={"seq_len": {"min": 1}}) for op in self.OPS}
 
     def _guarded(self, op, kw):
-        from kvconform.conformance.case import Case
+        from kvconform.conformance.engine.case import Case
         from kvconform.conformance.strategies.metadata import sequence_lengths
         result = getattr(reference, op)(**kw)
         lengths = sequence_lengths(Case(op, kw, {}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from kvconform.backends import base
-from kvconform.conformance import expectations
+from kvconform.conformance.run import expectations
 
 from test_run_records import _suite
 

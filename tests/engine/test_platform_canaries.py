@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kvconform.conformance import canaries
+from kvconform.conformance.engine import canaries
 from kvconform.conformance.report import causes
 
 DOT = "the platform's bfloat16 tl.dot is wrong on this machine"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvconform.conformance.cli import replay_verdict
+from kvconform.conformance.cli.replay import replay_verdict
 
 from test_run_records import _suite
 
