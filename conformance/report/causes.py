@@ -2,7 +2,7 @@
 
 Two failures share a cause when they have the same status, backend and op, the same diagnosis and the
 same dtype/feature fingerprint:
-- the diagnosis, as what it concludes: the platform canaries it names (canaries.py: "the platform's
+- the diagnosis, as what it concludes: the platform canaries it names (engine/canaries.py: "the platform's
   bfloat16 tl.dot is wrong on this machine"), else the variations that make the failure pass ("passes with
   soft_cap off"), else its summary with the numbers taken out, else the message's first line so;
 - the fingerprint: the dtypes of the failing counterexample (read from its shape summary, "q: bfloat16[1,
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .build import STATUS_ORDER
+from kvconform.conformance.engine.records import STATUS_ORDER
 from .overview import failures
 
 _ARRAY = re.compile(r"(\w+): (\w+)\[([\d, ]*)\]")

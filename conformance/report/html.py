@@ -250,7 +250,7 @@ def _failures(report: dict) -> str:
 
 
 def _canaries(report: dict) -> str:
-    """The platform canaries of each backend that ran in an interpreter (canaries.py), each with its result."""
+    """The platform canaries of each backend that ran in an interpreter (engine/canaries.py), each with its result."""
     from kvconform.conformance.engine import canaries
     parts = []
     for label, desc in (report.get("backends") or {}).items():

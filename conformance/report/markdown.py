@@ -134,7 +134,7 @@ def _failure(i: int, r: dict) -> list[str]:
 
 
 def _canaries(report: dict) -> list[str]:
-    """The platform canaries of each backend that ran in an interpreter (canaries.py): the wrong ones named."""
+    """The platform canaries of each backend that ran in an interpreter (engine/canaries.py): the wrong ones named."""
     from kvconform.conformance.engine import canaries
     lines = []
     for label, desc in (report.get("backends") or {}).items():
