@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 RECORDS_SUITE = '''
 import numpy as np
 from hypothesis import strategies as st
-from kvconform.conformance.case import Case
+from kvconform.conformance.engine.case import Case
 from kvconform.conformance.harness import conformance_test
 
 
