@@ -7,7 +7,9 @@ import re
 import shlex
 from pathlib import Path
 
-from kvconform.conformance import cli
+import importlib
+
+cli = importlib.import_module("kvconform.conformance.cli.main")   # the parser (the package exports main())
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "ci" / "bootstrap.py"
