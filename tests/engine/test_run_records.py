@@ -233,7 +233,7 @@ def test_a_new_run_clears_only_kvconforms_own_files(tmp_path):
 def test_processes_writing_one_file_at_once_never_fail(tmp_path):
     """The xdist processes of one run write the same backend description at once: each whole, none
     failing (one shared temporary name made one process's rename fail, which stopped the run)."""
-    code = ("import sys; from pathlib import Path; from kvconform.conformance.outdir import write_atomic\n"
+    code = ("import sys; from pathlib import Path; from kvconform.conformance.run.outdir import write_atomic\n"
             "for i in range(300): write_atomic(Path(sys.argv[1]), 'x' * 4096)\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "same.json")], stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
