@@ -98,6 +98,15 @@ def _parser() -> argparse.ArgumentParser:
                           "entry-point name; a package.module:factory is imported only when given here)")
     rep.add_argument("--no-isolation", action="store_true", help="run the backend in this process")
 
+    clm = sub.add_parser("claims", help="the claim vocabulary of an op: OpClaims fields, dtype names and the "
+                                         "dtype pair order, features, layouts, limits and conventions")
+    clm.add_argument("op", nargs="?", default=None, help="the op (without it: the ops)")
+
+    exp = sub.add_parser("expect", help="expectation entries ([[xfail]], with their diagnosis) for the failures of "
+                                        "a run, to edit into a backend's expectations file")
+    exp.add_argument("--from", dest="source", required=True, metavar="OUT", help="a `kvconform run --out` folder")
+    exp.add_argument("--output", default=None, metavar="TOML", help="write the entries there (default: print them)")
+
     report = sub.add_parser("report", help="rebuild a run's reports from its results (report DIR), or join "
                                            "shard reports and judge the whole: every shard present, every "
                                            "claimed op checked (report merge A.json B.json ... --out DIR)",
@@ -129,6 +138,12 @@ def command(name: str):
     if name == "replay":
         from kvconform.conformance.cli.replay import cmd_replay
         return cmd_replay
+    if name == "claims":
+        from kvconform.conformance.cli.claims import cmd_claims
+        return cmd_claims
+    if name == "expect":
+        from kvconform.conformance.cli.expect import cmd_expect
+        return cmd_expect
     from kvconform.conformance.cli.report import cmd_report
     return cmd_report
 

@@ -72,13 +72,16 @@ def cmd_replay(args) -> int:
         print(f"  reference: {expected.error}: {expected.reference_message}")
     if before:
         print(f"  after {len(before)} earlier call(s) recorded with the failure (call history)")
-    recorded = meta.get("flaky") if isinstance(meta.get("flaky"), dict) else None
-    times = flaky.REPLAYS if recorded else 1
+    recorded_flaky = meta.get("flaky") if isinstance(meta.get("flaky"), dict) else None
+    recorded = recorded_flaky or (meta.get("replays") if isinstance(meta.get("replays"), dict) else None)
+    # as the run replayed it (flaky.reproduction_rate): a recorded flaky failure up to REPLAYS times, any other
+    # DECISIVE times; all failing from the first, it reproduces and no more are run
+    times = flaky.REPLAYS if recorded_flaky else flaky.DECISIVE
     runs = []
     try:
         for _ in range(times):
             runs.append(_replay_once(case, meta, before, expected, worker))
-            if runs[-1][0] == "crash":
+            if runs[-1][0] == "crash" or all(r[0] != "ok" for r in runs) and len(runs) == flaky.DECISIVE:
                 break
     finally:
         worker.stop()
@@ -86,12 +89,26 @@ def cmd_replay(args) -> int:
     shown = failed[0] if failed else runs[0]
     for line in shown[1]:
         print(line)
-    if recorded:
-        rate = f"failed {len(failed)} of {len(runs)} replays"
-        was = f"recorded flaky: failed {recorded.get('failed')} of {recorded.get('replays')} replays"
-        print(f"  FLAKY: {rate} ({was})" if failed else
-              f"  NOT REPRODUCED: passed {len(runs)} of {len(runs)} replays ({was}; a flaky failure may need more)")
+    print("  " + replay_verdict(len(failed), len(runs), recorded, bool(recorded_flaky)))
     return 1 if failed else 0
+
+
+def replay_verdict(failed: int, replays: int, recorded: dict | None, recorded_flaky: bool) -> str:
+    """The last line of a replay: REPRODUCED when every replay failed, NOT REPRODUCED when none did, FLAKY
+    only when they disagree; with what the run recorded (case.json `flaky` or `replays`), when it did."""
+    if failed == replays:
+        verdict = f"REPRODUCED: failed {failed} of {replays} replays"
+    elif failed == 0:
+        verdict = f"NOT REPRODUCED: passed {replays} of {replays} replays"
+    else:
+        verdict = f"FLAKY: failed {failed} of {replays} replays"
+    if recorded:
+        was = f"failed {recorded.get('failed')} of {recorded.get('replays')} replays"
+        if not recorded_flaky:
+            verdict += f" (recorded: {was})"
+        else:
+            verdict += f" (recorded flaky: {was}" + ("; a flaky failure may need more)" if failed == 0 else ")")
+    return verdict
 
 
 def _replay_once(case, meta: dict, before: list, expected, worker) -> tuple[str, list[str]]:

@@ -22,7 +22,7 @@ def _report_rebuild(out: Path) -> int:
     """`kvconform report DIR`: write DIR's four reports again from results.jsonl and run.json (after a
     killed run, a full disk, or a kvconform with better reports). Exit status: the gate's verdict over
     what DIR holds (gate.py; a partial run is NOT CHECKED)."""
-    from kvconform.conformance.report import build
+    from kvconform.conformance.report import build, causes
     from kvconform.conformance.run import gate, outdir
     if not (out / outdir.RESULTS).is_file():
         raise UsageError(f"{out} holds no {outdir.RESULTS}: not the output folder of a kvconform run")
@@ -35,7 +35,7 @@ def _report_rebuild(out: Path) -> int:
         raise UsageError(f"cannot write the reports in {out}: {exc.strerror or exc}") from None
     finally:
         outdir.unlock(out)
-    for line in build.summary_lines(report) + gate.lines(report["gate"]):
+    for line in build.summary_lines(report, causes.listed_lines(report)) + gate.lines(report["gate"]):
         print(line)
     print(f"rebuilt {out}/report.json, report.md, report.html, junit.xml from {len(report['results'])} results")
     return report["gate"]["exit_code"]
@@ -43,7 +43,7 @@ def _report_rebuild(out: Path) -> int:
 
 def _report_merge(args) -> int:
     """Merge reports and judge the whole (gate.py): every shard of a run present, every claimed op checked."""
-    from kvconform.conformance.report import build
+    from kvconform.conformance.report import build, causes
     from kvconform.conformance.run import gate
     try:
         reports = [build.load_report(p) for p in args.reports]
@@ -52,7 +52,7 @@ def _report_merge(args) -> int:
         raise UsageError(str(exc)) from None
     out = _check_out(args.out)
     build.write_all(out, merged)
-    for line in build.summary_lines(merged) + gate.lines(merged["gate"]):
+    for line in build.summary_lines(merged, causes.listed_lines(merged)) + gate.lines(merged["gate"]):
         print(line)
     print(f"merged {len(reports)} reports into {out}/report.json, report.md, report.html, junit.xml")
     return merged["gate"]["exit_code"]

@@ -49,7 +49,8 @@ def repro_dir_for(out_dir, nodeid: str) -> Path:
 
 def write_reproducer(out_dir, nodeid: str, failure: dict, record: dict) -> Path:
     """The reproducer directory of a failure: its case (and the calls before it), case.json with the
-    (capped) message and, for a flaky failure, its replay rate (`kvconform replay` repeats it as often),
+    (capped) message, the rate of its replays (`replays`; also `flaky` for a flaky failure, which
+    `kvconform replay` repeats as often),
     repro.py and failure.txt."""
     directory = repro_dir_for(out_dir, nodeid)
     extra = {
@@ -62,7 +63,8 @@ def write_reproducer(out_dir, nodeid: str, failure: dict, record: dict) -> Path:
         "fields": failure.get("fields", []),
         "message": failure.get("message", ""),
         "diagnosis": failure.get("diagnosis"),
-        "flaky": failure.get("flaky"),
+        "flaky": failure.get("flaky"),       # the replays' rate, only for a flaky failure
+        "replays": failure.get("replays"),   # the replays' rate of any replayed failure
         "before": [f"before-{i}" for i in range(len(failure.get("before", [])))],
     }
     for i, earlier in enumerate(failure.get("before", [])):   # call history the failure depends on
@@ -77,9 +79,10 @@ def write_failure_text(path: Path, nodeid: str, record: dict, failure: dict) -> 
     """failure.txt: the failure's whole message, backend traceback and captured output (each at most
     backend_text.FULL_TEXT_CAP), which the record and the reports show capped."""
     full = failure.get("full_message") or failure.get("message", "")
-    if failure.get("flaky"):
-        rate = failure["flaky"]
-        full = f"flaky: failed {rate['failed']} of {rate['replays']} replays\n{full}"
+    rate = failure.get("replays")
+    if rate:
+        word = "flaky" if failure.get("flaky") else "replayed"
+        full = f"{word}: failed {rate['failed']} of {rate['replays']} replays\n{full}"
     limit = backend_text.FULL_TEXT_CAP
     output = failure.get("output")
     with open(path, "w", errors="replace") as fh:

@@ -43,6 +43,7 @@ from kvconform.backends.base import OPS
 
 from kvconform.conformance.engine import strided
 from kvconform.conformance.engine.case import Case
+from kvconform.conformance.strategies.variations import every_input_widened
 from kvconform.conformance.engine.call_errors import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable, EngineError, exception_line)
 
 #: inputs that are hints (results must not depend on them beyond their numerics class), with the clauses
@@ -175,6 +176,9 @@ def _diagnose_differential(kvc, case: Case, symptom: str) -> dict | None:
     original: dict = {}                        # the backend's runs of the original case, for hint checks
     # a strided case (NU-14): first every argument contiguous, then each alone strided
     found = strided.diagnosis_variations(case) + [(v[0], v[1]) for v in make(case) if v is not None]
+    every = every_input_widened(case)
+    if every is not None and all(not _same_case(every[1], v) for _, v in found):
+        found.append(every)   # tells a dtype artifact (an interpreter's bf16 dot, say) from the kernel's math
     for i, (label, variant) in enumerate(found):
         entry = {"name": label}
         gap = _outside_claims(kvc, case, variant)
@@ -361,4 +365,7 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-# --- building variations (used by strategies/<family>.py DIAGNOSIS) ---------------------------------
+def _same_case(a: Case, b: Case) -> bool:
+    """The same op and inputs (bit for bit): a variation that another one already is."""
+    return a.op == b.op and set(a.inputs) == set(b.inputs) and all(_same_input(a.inputs[k], b.inputs[k])
+                                                                    for k in a.inputs)

@@ -60,6 +60,7 @@ class FailureRecords:
         except BaseException as err:  # a crash while diagnosing must not lose the failure itself
             found = {"summary": f"diagnosis not available ({type(err).__name__}: {str(err)[:200]})",
                      "variations": []}
+        found = self._platform_notes(found, case, exc)
         if not found:
             return
         found["summary"] = backend_text.visible(found["summary"])
@@ -73,6 +74,23 @@ class FailureRecords:
         self.failure["full_message"] += line
         if isinstance(exc, ConformanceFailure):
             exc.args = (self.failure["message"],)
+
+    def _platform_notes(self, found: dict | None, case: Case, exc: BaseException) -> dict | None:
+        """The diagnosis with a note for each platform canary (engine/canaries.py) that found the platform
+        wrong at an operation this case needs: the failure may be the interpreter's, not the kernel's."""
+        from kvconform.conformance.engine import canaries
+        message = str(exc) + (self.failure or {}).get("full_message", "") + (self.failure or {}).get("traceback", "")
+        dtypes, results = canaries.case_dtypes(case), self.description.get("canaries")
+        notes = canaries.failure_notes(results, dtypes, message)
+        if not notes:
+            return found
+        found = dict(found or {"summary": "", "variations": []})
+        found["summary"] = "; ".join([*notes, found["summary"]] if found["summary"] else notes)
+        found["canaries"] = notes
+        # the dtypes those canaries concern: the failures they may explain group by them (report/causes.py)
+        found["canary_dtypes"] = sorted({d for c, _ in canaries.implicated(results, dtypes, message)
+                                         for d in c.dtypes} & dtypes)
+        return found
 
     def _fail(self, case: Case, fields: list[FieldResult], headline: str, traceback: str = "",
               detail: Iterable[str] = (), replay: Replay | None = None, symptom: str = "fail"):

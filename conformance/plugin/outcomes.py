@@ -157,8 +157,8 @@ def _failure_record(record: dict, failure: dict, message: str, rate, state, item
     if output is not None:
         record["output"] = output.text
         record["output_bytes"] = output.size
-    if rate is not None:
-        failure = dict(failure, flaky=rate.to_json())
+    if rate is not None:   # `flaky` only when the replays disagreed: a reproduced failure is not flaky
+        failure = dict(failure, replays=rate.to_json(), flaky=rate.to_json() if record["status"] == "flaky" else None)
     try:
         record["repro"] = str(artifacts.write_reproducer(state.out, item.nodeid, dict(failure, message=message),
                                                          record))

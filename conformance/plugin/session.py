@@ -100,10 +100,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             report = None
     if report is None and state.gate is None:
         return
-    from kvconform.conformance.report import build
+    from kvconform.conformance.report import build, causes
     terminalreporter.section("kvconform")
     if report is not None:
-        for line in build.summary_lines(report):
+        for line in build.summary_lines(report, causes.listed_lines(report)):
             terminalreporter.write_line(line)
     if state.gate is not None:
         for line in gate.lines(state.gate):

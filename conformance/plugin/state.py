@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.conformance.engine import artifacts, finite_json, loading
+from kvconform.conformance.engine import artifacts, canaries, finite_json, loading
 from kvconform.conformance.harness import profiles
 from kvconform.conformance.run import expectations, interrupt, outdir, selection
 
@@ -153,6 +153,7 @@ class RunState:
 
     def _keep(self, loaded: loading.Loaded) -> None:
         self.loaded[loaded.spec] = loaded
+        self._canaries(loaded)
         if self.out is not None:
             try:
                 (self.out / "backends").mkdir(parents=True, exist_ok=True)
@@ -164,6 +165,24 @@ class RunState:
                 interrupt.STOP.write_error = interrupt.STOP.write_error or (
                     f"cannot write {self.out}/backends: {exc.strerror or exc}")
                 _stop_session(_CONFIG.get("session"), interrupt.STOP.write_error)
+
+    def _canaries(self, loaded: loading.Loaded) -> None:
+        """A backend in the Triton interpreter or Pallas interpret mode: the platform's canaries
+        (engine/canaries.py) in its description, where the diagnosis, the reports and run.json find them."""
+        if not loaded.description.get("available") or "canaries" in loaded.description:
+            return
+        cache = None
+        if self.out is not None:
+            cache = self.out / "backends"
+            try:
+                cache.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                cache = None
+        found = canaries.results_for(loaded.description, cache)
+        if found:
+            loaded.description["canaries"] = found
+            if self.run is not None:
+                self.run.setdefault("canaries", {})[loaded.spec] = found
 
     def load_all(self, *, serving: bool) -> None:
         """Load every backend of the run at once (the controller, before collection): one line for each

@@ -157,7 +157,9 @@ def layers(records: list[dict]) -> list[dict]:
             for (b, layer), c in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99), kv[0][1]))]
 
 
-def summary_lines(report: dict) -> list[str]:
+def summary_lines(report: dict, listed: list[str] | None = None) -> list[str]:
+    """The console summary: totals per backend, then the failures (`listed`: their lines as given, e.g.
+    grouped by cause, causes.listed_lines; else one per record), tests not run, unmatched expectations."""
     lines = []
     for backend, groups in (report.get("counts") or split_counts(report["results"])).items():
         lines.append(f"{backend}: numerical tests {counts_text(groups.get('numerical', {}))}; "
@@ -166,13 +168,14 @@ def summary_lines(report: dict) -> list[str]:
     for r in report["results"]:
         if r["status"] == "not run":
             not_run[(r.get("backend"), r.get("op"))].append(r)
-        elif r["status"] in LISTED:
+        elif r["status"] in LISTED and listed is None:
             rate = r.get("replays") if r["status"] == "flaky" else None
             lines.append(f"  {r['status'].upper()} {r.get('backend')} {r.get('op')} "
                          f"[{' '.join(r.get('clauses', []))}] {r['id']}"
                          + (f" (failed {rate['failed']} of {rate['replays']} replays)" if rate else ""))
             if r.get("repro"):
                 lines.append(f"    replay: kvconform replay {r['repro']} --backend {r.get('backend_spec')}")
+    lines += listed or []
     for (backend, op), records in not_run.items():
         reason = (records[0].get("message") or "").partition("not run: ")[2]
         lines.append(f"  NOT RUN {backend} {op}: {len(records)} tests not run ({reason})")

@@ -214,7 +214,7 @@ def _failures(report: dict) -> str:
         not_checked = (report.get("gate") or {}).get("not_checked")
         return "<p>No failures." + (" But not everything claimed was checked: see the gate above.</p>"
                                     if not_checked else "</p>")
-    out = []
+    out = [_causes(report, {r["id"]: i for i, r in enumerate(bad, 1)})]
     for i, r in enumerate(bad, 1):
         head = (r.get("message") or "").split("\n", 1)[0]
         out.append(f'<div class="fail" id="failure-{i}" data-status="{e(r["status"])}"><h3>{badge(r["status"])} '
@@ -247,6 +247,45 @@ def _failures(report: dict) -> str:
                        f"bytes printed during the failing call)</summary><pre>{e(r['output'])}</pre></details>")
         out.append("</div>")
     return "".join(out)
+
+
+def _canaries(report: dict) -> str:
+    """The platform canaries of each backend that ran in an interpreter (engine/canaries.py), each with its result."""
+    from kvconform.conformance.engine import canaries
+    parts = []
+    for label, desc in (report.get("backends") or {}).items():
+        found = desc.get("canaries") if isinstance(desc, dict) else None
+        if not found:
+            continue
+        rows = "".join(f"<tr><td>{e(r.get('what'))}</td><td>{'ok' if r.get('ok') else 'WRONG' if r.get('ok') is False else 'not run'}"
+                       f"</td><td>{e(r.get('detail'))}</td></tr>" for r in found)
+        parts.append(f"<p><b>{e(label)}</b>: {e(canaries.summary(found))}</p><table class=canaries><tr><th>canary</th>"
+                     f"<th>result</th><th>detail</th></tr>{rows}</table>")
+    return ('<h2 id="canaries">Platform canaries</h2>' + "".join(parts)) if parts else ""
+
+
+def _causes(report: dict, anchor: dict) -> str:
+    """The failures grouped by cause (causes.py), one row each: count, status, backend and op, cause and
+    fingerprint, tests, the smallest counterexample (linked to its failure below) and its replay."""
+    from . import causes
+    groups = causes.group(report)
+    if not groups:
+        return ""
+    rows = []
+    for c in groups:
+        r = c.smallest
+        names = [causes.short_id(x) for x in c.records]
+        tests = ", ".join(e(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        link = f'<a href="#failure-{anchor[r["id"]]}">{e(causes.short_id(r))}</a>' if r["id"] in anchor else \
+            e(causes.short_id(r))
+        replay = f'<code class="replay">{e(overview.replay_command(r))}</code>' if r.get("repro") else ""
+        rows.append(f'<tr data-status="{e(c.status)}"><td>{c.count}</td><td>{badge(c.status)}</td>'
+                    f'<td>{e(c.backend)} · <code>{e(c.op)}</code></td><td>{e(c.cause)}'
+                    f'{" <small>(" + e(c.fingerprint) + ")</small>" if c.fingerprint else ""}</td>'
+                    f'<td><small>{tests}</small></td><td>{link}: <code>{e(r.get("counterexample", ""))}</code>'
+                    f'<br>{replay}</td></tr>')
+    return ('<table class=causes><tr><th>failures</th><th>status</th><th>where</th><th>cause (fingerprint)</th>'
+            '<th>tests</th><th>smallest counterexample, replay</th></tr>' + "".join(rows) + "</table>")
 
 
 def _totals(report: dict) -> str:
@@ -311,7 +350,7 @@ def render(report: dict) -> str:
    + e(report['partial']) + '</p>') if report.get('partial') else ''}
 {_gate(report.get("gate"))}
 {_totals(report)}
-<h2 id="failures">Failures</h2>{_failures(report)}
+{_canaries(report)}<h2 id="failures">Failures</h2>{_failures(report)}
 <h2>Ops</h2>{_ops(report)}
 {('<h2>Unmatched expectations</h2><ul id="unmatched">' + um + '</ul>') if um else ''}
 {_layers(report)}

@@ -1,6 +1,6 @@
 """report.md: a short Markdown summary, suited to a CI step summary, that leads with the news (issue 28):
-the gate's verdict, the totals (their failure counts link to the failures), each failure with its
-diagnosis and replay command, then one cell per backend x op (overview.py), the ops each backend does not
+the gate's verdict, the totals (their failure counts link to the failures), the failures grouped by cause
+(causes.py: one entry per cause with its count, tests, smallest counterexample, diagnosis and replay command), then one cell per backend x op (overview.py), the ops each backend does not
 claim in one line, the features of the cells that did not all pass, the test layers and a legend. The
 per-feature matrix of every cell is in report.html and report.json.
 
@@ -18,7 +18,7 @@ import html
 import re
 
 from kvconform.conformance.engine.backend_text import visible
-from . import overview
+from . import causes, overview
 from kvconform.conformance.engine.records import FAILED, STATUS_ORDER, split_counts
 
 ICON = overview.ICON
@@ -66,10 +66,11 @@ def render(report: dict) -> str:
         anchor = "failures" if bad else None
         lines.append(f"| {_esc(backend)} | {_totals(groups.get('numerical', {}), anchor)} | "
                      f"{_totals(groups.get('errors', {}), anchor)} |")
+    lines += _canaries(report)
     if bad:
         lines += ["", "## Failures", ""]
-        for i, r in enumerate(bad, 1):
-            lines += _failure(i, r)
+        for i, entry in enumerate(causes.group(report), 1):
+            lines += _failure(i, entry.smallest) if entry.count == 1 else _cause(i, entry)
     lines += _ops(report)
     if report.get("layers"):
         backends = sorted({c["backend"] for c in report["layers"]})
@@ -137,6 +138,41 @@ def _failure(i: int, r: dict) -> list[str]:
         lines.append(f"   - the backend printed {r['output_bytes']:,} bytes during the failing call")
     if r.get("failure_text"):
         lines.append(f"   - whole message, traceback and output: {_code(r['failure_text'])}")
+    if r.get("repro"):
+        lines.append(f"   - replay: {_code(overview.replay_command(r))}")
+    return lines
+
+
+def _canaries(report: dict) -> list[str]:
+    """The platform canaries of each backend that ran in an interpreter (engine/canaries.py): the wrong ones named."""
+    from kvconform.conformance.engine import canaries
+    lines = []
+    for label, desc in (report.get("backends") or {}).items():
+        found = desc.get("canaries") if isinstance(desc, dict) else None
+        if not found:
+            continue
+        lines.append(f"- {_esc(label)}: {_esc(canaries.summary(found))}")
+        lines += [f"  - WRONG {_esc(r.get('what'))}: {_esc(str(r.get('detail'))[:300])}" for r in canaries.wrong(found)]
+    return (["", "## Platform canaries", "", "Failures of cases that need what a canary found wrong say so in their "
+             "diagnosis: they may be the interpreter's, not the kernel's.", ""] + lines) if lines else []
+
+
+def _cause(i: int, entry) -> list[str]:
+    """Failures of one cause (causes.py): count, cause, tests, the smallest counterexample and its replay."""
+    r = entry.smallest
+    names = [causes.short_id(x) for x in entry.records]
+    shown = ", ".join(_code(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    lines = [f"{i}. {ICON.get(entry.status, '')} **{entry.count} × {_esc(entry.status)}** {_esc(entry.backend)} · "
+             f"{_code(entry.op)} · one cause: {_esc(entry.cause[:400])}"
+             + (f" ({_esc(entry.fingerprint)})" if entry.fingerprint else ""),
+             f"   - tests: {shown}"]
+    message = (r.get("message") or "").splitlines()
+    if message:
+        lines.append(f"   - smallest, {_code(causes.short_id(r))}: {_esc(message[0].strip()[:300])}")
+    if r.get("counterexample"):
+        lines.append(f"   - counterexample: {_esc(r['counterexample'][:300])}")
+    if (r.get("diagnosis") or {}).get("summary"):
+        lines.append(f"   - diagnosis: {_esc(r['diagnosis']['summary'][:400])}")
     if r.get("repro"):
         lines.append(f"   - replay: {_code(overview.replay_command(r))}")
     return lines

@@ -3,7 +3,7 @@ replacing an earlier run's files, run.json (the options `--resume` restores, and
 results.jsonl whose last line a kill cut short, and files written whole or not at all.
 
 kvconform's own files in a folder: results.jsonl, run.json, report.json, report.md, report.html,
-junit.xml, backends/*.json (the backends' descriptions), repro/<id>/ (a reproducer: a directory holding a
+junit.xml, backends/*.json (the backends' descriptions; canaries-<platform>.json, engine/canaries.py), repro/<id>/ (a reproducer: a directory holding a
 kvconform case.json), the lock `.kvconform.lock` and a half-written `.<name>.<pid>.kvconform-tmp`. A new run
 (without resume) deletes these and nothing else: a user's files in the folder, and Hypothesis's example
 database `hypothesis-db/` (the thorough profile's; it only makes a run retry examples that failed before,
@@ -87,7 +87,7 @@ def clear(out: Path) -> None:
         described = out / "backends"
         if described.is_dir():
             for path in described.glob("*.json"):
-                if "spec" in (_json(path) or {}):
+                if path.name.startswith("canaries-") or "spec" in (_json(path) or {}):   # engine/canaries.py's copy
                     _unlink(path)
             _rmdir_if_empty(described)
         repro = out / "repro"

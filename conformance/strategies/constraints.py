@@ -19,6 +19,8 @@ of the backend, reported before any test runs, never an engine error charged to 
 
 Names (per op where they make sense; LIMITS lists which op reads which):
     q_len           query rows of a counted sequence ({"values": [1]}: decode-only; {"max": k}: speculative)
+    sliding_window  the windows drawn ({"min": 128}: a kernel with a minimum window; {"values": [4096]})
+    rope_dim        MLA's RoPE dim d_r ({"values": [64]}: DeepSeek's qk_rope_head_dim)
     num_q_heads     Hq;  num_kv_heads: Hkv;  group_size: Hq // Hkv
     head_dim        D (with `head_dims` as the plain set);  page_size: likewise with `page_sizes`
     max_kv_len      keys of one sequence;  max_num_seqs: sequences of a call;  max_pages: pool size
@@ -27,6 +29,8 @@ Names (per op where they make sense; LIMITS lists which op reads which):
     recurrent       channels, width (conv); num_heads, head_dim (P, Mamba1: D), state_size (N), num_groups
                     (G); num_qk_heads (Hk), key_dim (K), value_dim (V); seq_len (each packed sequence's
                     length: {"min": 1} = no empty sequences)
+    page tables     seq_len (each counted sequence's kv_len, spec/metadata.md MD-24: {"min": 1} = no empty
+                    sequences) for block_table_to_csr, csr_to_block_table and the slot mappings
 
 A claim may widen the draws as well as narrow them: when no size a column would draw satisfies the
 constraint, its own values (or its smallest multiples, or its minimum) are drawn instead, so a kernel
@@ -132,6 +136,7 @@ _PARAM_CLAIMS = {"dtype": "dtype", "kv_dtype": "kv_dtype", "page_size": "page_si
 _PARAM_CLAIMS.update({k: k for k in ("channels", "width", "num_heads", "state_size", "num_groups", "num_qk_heads",
                                      "key_dim", "value_dim", "dt_softplus", "optional_inputs")})
 _PARAM_CLAIMS.update(lengths="seq_len", seq_len="seq_len")
+_PARAM_CLAIMS.update(sliding_window="sliding_window", rope_dim="rope_dim")
 #: space names of the size limits spelled differently in LIMITS
 _LIMIT_NAMES = {"kv_len": "max_kv_len", "num_seqs": "max_num_seqs", "num_pages": "max_pages"}
 

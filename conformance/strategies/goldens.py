@@ -128,6 +128,10 @@ def golden_space(case: Case) -> dict:
         space["kv_len"] = [int(max(p - 1, 0) * pools.shape[1] + (l if p else 0)) for p, l in zip(pages, last)]
     if pools.ndim == 4:
         space.update(num_kv_heads=pools.shape[2], group_size=q.shape[1] // pools.shape[2])
+    if x.get("sliding_window") is not None:
+        space["sliding_window"] = int(x["sliding_window"])
+    if x.get("q_pe") is not None:      # MLA: its RoPE dim d_r (ML-1)
+        space["rope_dim"] = int(x["q_pe"].shape[2])
     return space
 
 

@@ -32,6 +32,7 @@ from kvconform.backends.base import FEATURES, OpClaims
 
 from kvconform.conformance.engine import strided, tolerance
 from kvconform.conformance.engine.case import Case, PoisonRegion
+from . import constraints
 from .values import pick, sampled_from, seeds
 
 I32 = np.int32
@@ -77,13 +78,27 @@ def _page_size(draw, claims: OpClaims) -> int:
     return pick(draw, claims.page_sizes or DEFAULT_PAGE_SIZES, "page size")
 
 
+def shortest(claims: OpClaims) -> int:
+    """The shortest sequence (kv_len) the claimed `seq_len` limit admits (MD-24: {"min": 1}, no empty
+    sequences); 0 without the limit."""
+    limit = claims.limits.get("seq_len")
+    return next((n for n in range(1 << 12) if constraints.admits(limit, n)), 0)
+
+
+def admitted(claims: OpClaims, lens) -> bool:
+    """Every counted sequence's length within the claimed `seq_len` limit (draws `assume` it)."""
+    limit = claims.limits.get("seq_len")
+    return all(constraints.admits(limit, int(n)) for n in lens)
+
+
 @st.composite
-def page_tables(draw, P: int, *, max_seqs: int = 3, max_pages: int = 3):
-    """(page_indices i32[S_max, W], kv_lens i32[S_max], num_seqs, pages i64[S]): distinct page ids."""
+def page_tables(draw, P: int, *, max_seqs: int = 3, max_pages: int = 3, min_len: int = 0):
+    """(page_indices i32[S_max, W], kv_lens i32[S_max], num_seqs, pages i64[S]): distinct page ids; every
+    counted sequence at least `min_len` long."""
     S = draw(st.integers(1, max_seqs))
     extra = draw(st.integers(0, 1))                     # rows past num_seqs (MD-6)
-    W = draw(st.integers(1, max_pages))
-    lens = [draw(st.integers(0, W * P)) for _ in range(S)]
+    W = max(draw(st.integers(1, max_pages)), -(-min_len // P))
+    lens = [draw(st.integers(min_len, W * P)) for _ in range(S)]
     pool = draw(st.permutations(range((S + extra) * W + 2)))
     table = np.array(pool[:(S + extra) * W], I32).reshape(S + extra, W)
     lens_all = np.array(lens + [draw(st.integers(0, W * P)) for _ in range(extra)], I32)
@@ -101,16 +116,19 @@ def _padding_regions(table, pages, S) -> tuple[PoisonRegion, ...]:
 @st.composite
 def block_table_to_csr_cases(draw, claims: OpClaims):
     P = _page_size(draw, claims)
-    table, lens, S, pages = draw(page_tables(P))
+    table, lens, S, pages = draw(page_tables(P, min_len=shortest(claims)))
+    assume(admitted(claims, lens[:S]))
     inputs = dict(page_indices=table, kv_lens=lens, num_seqs=S, page_size=P)
     params = dict(dtype="int32", kv_dtype="int32", page_size=P, num_seqs=S, tokens=int(lens[:S].sum()))
     return Case("block_table_to_csr", inputs, params, poison=_padding_regions(table, pages, S))
 
 
 @st.composite
-def csr_tables(draw, P: int):
-    """A valid CSR page table (MD-2 .. MD-4) and the widest row it needs."""
-    table, lens, S, pages = draw(page_tables(P))
+def csr_tables(draw, P: int, claims: OpClaims | None = None):
+    """A valid CSR page table (MD-2 .. MD-4) and the widest row it needs (sequences within `claims`' seq_len)."""
+    claims = claims or OpClaims()
+    table, lens, S, pages = draw(page_tables(P, min_len=shortest(claims)))
+    assume(admitted(claims, lens[:S]))
     csr = reference.block_table_to_csr(table, lens, S, P)
     return csr, max(1, int(pages.max()) if pages.size else 1)
 
@@ -118,7 +136,7 @@ def csr_tables(draw, P: int):
 @st.composite
 def csr_to_block_table_cases(draw, claims: OpClaims):
     P = _page_size(draw, claims)
-    csr, width = draw(csr_tables(P))
+    csr, width = draw(csr_tables(P, claims))
     W = width + draw(st.integers(0, 1))
     inputs = dict(kv_indptr=csr.kv_indptr, kv_indices=csr.kv_indices, kv_last_page_len=csr.kv_last_page_len,
                   page_size=P, pages_per_seq=W)
@@ -129,9 +147,9 @@ def csr_to_block_table_cases(draw, claims: OpClaims):
 
 
 @st.composite
-def append_inputs(draw, P: int):
+def append_inputs(draw, P: int, claims: OpClaims | None = None):
     """(qo_indptr, CsrPageTable): q_len_i in [0, kv_len_i] (MD-7)."""
-    csr, _ = draw(csr_tables(P))
+    csr, _ = draw(csr_tables(P, claims))
     indptr, last = csr.kv_indptr, csr.kv_last_page_len
     kv = [(int(indptr[i + 1] - indptr[i]) - 1) * P + int(last[i]) if indptr[i + 1] > indptr[i] else 0
           for i in range(last.shape[0])]
@@ -142,7 +160,7 @@ def append_inputs(draw, P: int):
 @st.composite
 def append_slot_mapping_cases(draw, claims: OpClaims):
     P = _page_size(draw, claims)
-    qo, csr = draw(append_inputs(P))
+    qo, csr = draw(append_inputs(P, claims))
     inputs = dict(qo_indptr=qo, kv_indptr=csr.kv_indptr, kv_indices=csr.kv_indices,
                   kv_last_page_len=csr.kv_last_page_len, page_size=P)
     return Case("append_slot_mapping", inputs, dict(dtype="int32", kv_dtype="int32", page_size=P,
@@ -163,7 +181,7 @@ def arena_layout_cases(draw, claims: OpClaims):
 def slot_mapping_from_arena_cases(draw, claims: OpClaims):
     """MD-7's arrays packed (MD-8) at a non-zero first offset into an arena of random garbage."""
     P = _page_size(draw, claims)
-    qo, csr = draw(append_inputs(P))
+    qo, csr = draw(append_inputs(P, claims))
     A = draw(sampled_from((16, 4, 8, 32, 64)))
     start = draw(st.integers(1, 64))
     seed = draw(seeds)
@@ -211,6 +229,8 @@ def reach_page_tables(draw, claims: OpClaims, reach: str, *, slots: bool = False
         lens = rng.integers(0, 4 * P + 1, size=S)
     first = int(rng.integers(0, S))
     lens[first] = min(INT32_MAX, widest * P) - int(rng.integers(0, P))
+    lens = np.maximum(lens, shortest(claims))          # a claimed seq_len (MD-24)
+    assume(admitted(claims, lens))
     pages = -(-lens.astype(np.int64) // P)
     need = int(pages.sum())
     if reach == "range":                     # distinct ids at the top of the range, top - 1 among them
@@ -536,13 +556,37 @@ def attention_csr_checks(case: Case, expected: dict, actual: dict) -> dict:
     return pa.attention_checks(shadow, expected, actual)
 
 
+def sequence_lengths(case: Case) -> list[int] | None:
+    """The counted sequences' lengths (kv_len) of a block-table, CSR or arena case (None: the op has none)."""
+    x = case.inputs
+    if "kv_lens" in x:
+        return [int(n) for n in np.asarray(x["kv_lens"])[:int(x["num_seqs"])]]
+    if "arena" in x:                     # MD-8: qo_indptr, kv_indptr, kv_indices, kv_last_page_len at offsets
+        S, offsets = int(x["num_seqs"]), [int(o) for o in x["offsets"]]
+        arena = np.asarray(x["arena"], np.uint8)
+        indptr = np.frombuffer(arena.tobytes(), np.int32, count=S + 1, offset=offsets[1]).astype(np.int64)
+        last = np.frombuffer(arena.tobytes(), np.int32, count=S, offset=offsets[3]).astype(np.int64)
+    elif "kv_indptr" in x:
+        indptr, last = np.asarray(x["kv_indptr"], np.int64), np.asarray(x["kv_last_page_len"], np.int64)
+    else:
+        return None
+    P = int(x["page_size"])
+    return [int((p - 1) * P + l) if p else 0 for p, l in zip(np.diff(indptr), last)]
+
+
 def uses(case: Case) -> tuple[set, dict]:
     """What a metadata case's inputs use (conformance/goldens.py): no features, the page size where the op
-    takes one."""
+    takes one, the sequences' lengths (`seq_len`, judged by the claimed limit, MD-24) where it has sequences."""
     x = case.inputs
-    return set(), ({"page_size": int(x["page_size"])} if "page_size" in x else {})
+    space = {"page_size": int(x["page_size"])} if "page_size" in x else {}
+    lengths = sequence_lengths(case) if case.op in SEQUENCE_OPS else None
+    if lengths:
+        space["seq_len"] = lengths
+    return set(), space
 
 
+#: the ops whose claims may say `seq_len` (MD-24): the page-table conversions and the slot mappings
+SEQUENCE_OPS = ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena")
 #: what a case uses, per op (conformance/goldens.py)
 USES = {op: uses for op in ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "arena_layout",
                             "slot_mapping_from_arena", "page_table_step")}

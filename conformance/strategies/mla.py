@@ -22,7 +22,7 @@ from kvconform.backends.base import LIMITS, OpClaims
 from kvconform.conformance.engine import strided
 from kvconform.conformance.engine.case import Case, PoisonRegion
 from .variations import widened, without
-from . import goldens
+from . import constraints, goldens
 from . import paged_attention as pa
 from .paged_attention import Variant
 from .values import pick
@@ -91,10 +91,10 @@ def mla_cases(draw, claims: OpClaims, variant: Variant):
     if variant.reach == "head_dim":    # DeepSeek's latent, or the largest claimed latent dims first
         d_c = pick(draw, tuple(sorted(claims.head_dims, reverse=True)) if claims.head_dims else REACH_LATENT[:1],
                    "latent dim d_c")
-        d_r = REACH_LATENT[1]
+        d_r = pick(draw, constraints.allowed(claims, "rope_dim", REACH_LATENT[1:], "RoPE dim d_r"), "RoPE dim d_r")
     else:
         d_c = pick(draw, tuple(claims.head_dims or LATENT_DIMS), "latent dim d_c")
-        d_r = pick(draw, ROPE_DIMS, "RoPE dim d_r")
+        d_r = pick(draw, constraints.allowed(claims, "rope_dim", ROPE_DIMS, "RoPE dim d_r"), "RoPE dim d_r")
     case = draw(pa.attention_cases(_attention_claims(claims, d_c + d_r), variant))
     return split_case(case, d_c)
 

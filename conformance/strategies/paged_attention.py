@@ -269,8 +269,11 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     if "sliding_window" in variant.features:
         longest = max(kv_lens + [1])
         near = sorted({max(1, n + d) for n in kv_lens for d in (-1, 0, 1)})
-        kwargs["sliding_window"] = draw(st.one_of(st.integers(1, 3), st.sampled_from(near),
-                                                  st.integers(1, longest + 1)))
+        window = draw(st.one_of(st.integers(1, 3), st.sampled_from(near), st.integers(1, longest + 1)))
+        if not constraints.admits(claims.limits.get("sliding_window"), window):   # a minimum window claimed
+            window = pick(draw, constraints.allowed(claims, "sliding_window", (1, 2, 3, *near, longest + 1),
+                                                    "sliding window"), "sliding window")
+        kwargs["sliding_window"] = window
     if "soft_cap" in variant.features:
         kwargs["soft_cap"] = draw(sampled_from((5.0, 1.0, 30.0)))
         if draw(st.booleans()):

@@ -30,6 +30,14 @@ def widened(case: Case, names, label: str, to: str = "float32") -> tuple[str, Ca
     return label, Case(case.op, inputs, params, case.seed)
 
 
+def every_input_widened(case: Case) -> tuple[str, Case] | None:
+    """Every float input narrower than float32 widened exactly to float32 (quantized pages stay: their
+    scales make them another computation); None when nothing is narrower. Tells a dtype artifact (an
+    interpreter's bf16 dot, engine/canaries.py) from the kernel's own math."""
+    names = [k for k, v in case.inputs.items() if isinstance(v, np.ndarray)]
+    return widened(case, names, "every input widened to float32 (dtype changed)")
+
+
 def narrowed(case: Case, names, label: str, to: str = "bfloat16") -> tuple[str, Case] | None:
     """A variation with the values of the float inputs `names` rounded to `to` but kept in their own dtype
     (the case's tolerance is unchanged), or None if none of them is wider than `to`. A backend that passes

@@ -133,6 +133,19 @@ def golden_fp8_scale(options):
     return case, goldens.expected_rows(case, [[[3.0, -3.0]]])
 
 
+def golden_empty_sequence_first(options):
+    # sequence 0 has no query row and no key (PA-8), its block-table row names page 1 (NaN: it can see no
+    # key there, PA-24); sequence 1's one row sees its one key on page 2 alone: out = v = [2, 4] (PA-5,
+    # PA-10). A kernel that lets sequence 1 read what it fetched for sequence 0 gives NaN.
+    k_pages = np.full((3, 2, 1, 2), NAN, F32)
+    v_pages = np.full_like(k_pages, NAN)
+    k_pages[2, 0, 0], v_pages[2, 0, 0] = [0.0, 0.0], [2.0, 4.0]
+    case = Case(RPA, dict(q=np.array([[[1.0, 0.0]]], F32), k_pages=k_pages, v_pages=v_pages,
+                          kv_lens=np.array([0, 1], np.int32), page_indices=np.array([[1], [2]], np.int32),
+                          cu_q_lens=np.array([0, 0, 1], np.int32), num_seqs=2), {})
+    return case, goldens.expected_rows(case, [[[2.0, 4.0]]])
+
+
 RPA = "ragged_paged_attention"
 #: features: what every restatement uses; options: what a restatement may add (the backend's claimed ones);
 #: both exactly what the inputs use (goldens.features_used, tests/engine/test_golden_requirements.py).
@@ -148,6 +161,7 @@ _ATTENTION_GOLDENS = (
     Golden("soft_cap", RPA, golden_soft_cap, ("PA-16", "PA-24"), ("soft_cap",)),
     Golden("fp8_scale", RPA, golden_fp8_scale, ("PA-18", "PA-19", "PA-24"), ("quantized_kv",),
            ("per_head_scales",)),
+    Golden("empty_sequence_first", RPA, golden_empty_sequence_first, ("PA-5", "PA-8", "PA-10", "PA-24")),
 )
 
 

@@ -98,3 +98,68 @@ class OverclaimsKvHeads(NumpyBackend):
         if k_pages.shape[2] == 3:
             raise kvconform.Unsupported("tiles take 1, 2, 4 or 8 KV heads")
         return reference.ragged_paged_attention(q, k_pages, *args, **kw)
+
+
+class MinimumWindow(NumpyBackend):
+    """A kernel whose sliding windows are at least 8 keys (spec/paged_attention.md PA-54), on ragged and
+    MLA attention; its MLA kernel takes only RoPE dim 4 (spec/mla.md ML-12)."""
+    name = "minimum-window"
+
+    def capabilities(self):
+        found = super().capabilities()
+        limits = {"sliding_window": {"min": 8}}
+        return {"ragged_paged_attention": dataclasses.replace(found["ragged_paged_attention"], layouts=(),
+                                                              limits=limits),
+                "mla_paged_attention": dataclasses.replace(found["mla_paged_attention"],
+                                                           limits=dict(limits, rope_dim={"values": [4]}))}
+
+    def ragged_paged_attention(self, *args, **kw):
+        result = reference.ragged_paged_attention(*args, **kw)
+        if kw.get("sliding_window") is not None and kw["sliding_window"] < 8:
+            raise RuntimeError(f"called outside the claimed limits: sliding_window {kw['sliding_window']}")
+        return result
+
+    def mla_paged_attention(self, q_nope, q_pe, *args, **kw):
+        result = reference.mla_paged_attention(q_nope, q_pe, *args, **kw)
+        if q_pe.shape[2] != 4 or (kw.get("sliding_window") is not None and kw["sliding_window"] < 8):
+            raise RuntimeError(f"called outside the claimed limits: d_r {q_pe.shape[2]}, window "
+                               f"{kw.get('sliding_window')}")
+        return result
+
+
+class NoEmptyPageTables(NumpyBackend):
+    """Page-table and slot-mapping kernels that take no empty sequence, claimed as seq_len >= 1
+    (spec/metadata.md MD-24); each raises on a counted sequence without tokens."""
+    name = "no-empty-page-tables"
+    OPS = ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena")
+
+    def capabilities(self):
+        found = super().capabilities()
+        return {op: dataclasses.replace(found[op], limits={"seq_len": {"min": 1}}) for op in self.OPS}
+
+    def _guarded(self, op, kw):
+        from kvconform.conformance.engine.case import Case
+        from kvconform.conformance.strategies.metadata import sequence_lengths
+        result = getattr(reference, op)(**kw)
+        lengths = sequence_lengths(Case(op, kw, {}))
+        if lengths and min(lengths) < 1:
+            raise RuntimeError(f"called outside the claimed limits: sequence lengths {lengths}")
+        return result
+
+    def block_table_to_csr(self, page_indices, kv_lens, num_seqs, page_size):
+        return self._guarded("block_table_to_csr", dict(page_indices=page_indices, kv_lens=kv_lens,
+                                                        num_seqs=num_seqs, page_size=page_size))
+
+    def csr_to_block_table(self, kv_indptr, kv_indices, kv_last_page_len, page_size, pages_per_seq):
+        return self._guarded("csr_to_block_table", dict(kv_indptr=kv_indptr, kv_indices=kv_indices,
+                                                        kv_last_page_len=kv_last_page_len, page_size=page_size,
+                                                        pages_per_seq=pages_per_seq))
+
+    def append_slot_mapping(self, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size):
+        return self._guarded("append_slot_mapping", dict(qo_indptr=qo_indptr, kv_indptr=kv_indptr,
+                                                         kv_indices=kv_indices, kv_last_page_len=kv_last_page_len,
+                                                         page_size=page_size))
+
+    def slot_mapping_from_arena(self, arena, offsets, num_seqs, page_size):
+        return self._guarded("slot_mapping_from_arena", dict(arena=arena, offsets=offsets, num_seqs=num_seqs,
+                                                             page_size=page_size))

@@ -63,6 +63,14 @@ class WrongEveryThirdCall(_WriteKvOnly):
         return _wrong(result) if n % 3 == 0 else result
 
 
+class WrongAlways(_WriteKvOnly):
+    """Wrong on every call: a deterministic bug, whose failure reproduces on every replay."""
+    name = "wrong-always"
+
+    def write_kv(self, *args, **kw):
+        return _wrong(reference.write_kv(*args, **kw))
+
+
 class WrongOnce(_WriteKvOnly):
     """Wrong on its process's second call only (the first example of the drawn test after the one-call
     test): Hypothesis's shrunk example then passes, its "unreliable results"."""
@@ -158,6 +166,10 @@ def make_control_characters():
 
 def make_wrong_every_third():
     return WrongEveryThirdCall()
+
+
+def make_wrong_always():
+    return WrongAlways()
 
 
 def make_wrong_once():

@@ -114,3 +114,35 @@ def test_claims_widen_the_size_reach_columns():
     with pytest.raises(pytest.skip.Exception):    # no (Hkv, group) of 128 query heads within 8
         pa._head_counts(OpClaims(features=("gqa",), limits={"num_q_heads": 8}),
                         pa.Variant("long_heads", (), (), reach="heads"))
+
+
+def test_a_minimum_window_and_a_rope_dim_are_honoured_by_every_draw(cli, tmp_path):
+    """PA-54, ML-12: windows below the claimed minimum and other RoPE dims are never drawn, and windowed
+    cases still run."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "constraint_backends:MinimumWindow", "--ops",
+               "ragged_paged_attention,mla_paged_attention", "--profile", "quick", "--out", str(out), "--",
+               "-k", "sliding_window or combined or golden or mla_differential", timeout=900)
+    results = cli.report(out)["results"]
+    bad = [(r["id"], r["message"][:300]) for r in results if r["status"] not in ("pass", "unsupported")]
+    assert proc.returncode == 0 and not bad, bad
+    windowed = [r for r in results if r["status"] == "pass" and "sliding_window" in r["features"]]
+    assert {r["op"] for r in windowed} == {"ragged_paged_attention", "mla_paged_attention"}, windowed
+
+
+def test_no_empty_sequences_for_the_page_table_ops(cli, tmp_path):
+    """MD-24: a kernel claiming seq_len >= 1 is never handed an empty sequence (goldens with one are skipped,
+    every column still runs)."""
+    out = tmp_path / "out"
+    ops = "block_table_to_csr,csr_to_block_table,append_slot_mapping,slot_mapping_from_arena"
+    proc = cli("run", "--backend", "constraint_backends:NoEmptyPageTables", "--ops", ops, "--profile", "quick",
+               "--out", str(out), timeout=900)
+    results = cli.report(out)["results"]
+    bad = [(r["id"], r["message"][:300]) for r in results if r["status"] not in ("pass", "unsupported")]
+    assert proc.returncode == 0 and not bad, bad
+    for op in ops.split(","):
+        mine = [r for r in results if r["op"] == op and r["status"] == "pass"]
+        assert {"differential", "errors"} <= {r["layer"] for r in mine}, (op, [r["id"] for r in mine])
+    # every metadata golden holds an empty sequence: each is skipped, saying why
+    skipped = [r for r in results if r["layer"] == "golden" and r["op"] != "arena_layout"]
+    assert skipped and all(r["status"] == "unsupported" and "seq_len" in r["message"] for r in skipped), skipped

@@ -27,7 +27,9 @@ def test_the_readme_python_runs():
 def test_the_readme_commands_parse_and_exist():
     commands = [line.split("#")[0].strip() for block in _blocks("sh") for line in block.splitlines()]
     kvconform = [shlex.split(c.replace("<case>", "CASE"))[1:] for c in commands if c.startswith("kvconform ")]
-    assert {c[0] for c in kvconform} == {"check-backend", "list", "run", "replay"}
+    assert {c[0] for c in kvconform} == {"claims", "check-backend", "list", "run", "replay", "expect"}
+    install = next(c for c in commands if c.startswith("pip install"))
+    assert "-c ci/constraints.txt" in install and "-e '.[conformance,triton]'" in install   # from a checkout
     for argv in kvconform:
         cli._parser().parse_args(argv)      # an option the CLI lost would exit here
     for sub in ("report", "test"):

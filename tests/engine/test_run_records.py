@@ -171,8 +171,9 @@ def test_replay_imports_nothing_a_reproducer_names_and_a_declined_rejection_is_o
                                   "is not an installed entry point") and len(proc.stderr.splitlines()) == 1
     proc = cli("replay", str(repro), "--backend", "record_backends:make_declines_malformed")
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-1] == ("  FAIL: raised kvconform.Unsupported('not a case this kernel handles') "
-                                            "instead of rejecting the malformed call")
+    assert proc.stdout.splitlines()[-2:] == ["  FAIL: raised kvconform.Unsupported('not a case this kernel handles') "
+                                             "instead of rejecting the malformed call",
+                                             "  REPRODUCED: failed 3 of 3 replays"]
 
 
 # --- pieces, without a run ---------------------------------------------------------------------------

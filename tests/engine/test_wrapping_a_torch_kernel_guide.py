@@ -17,7 +17,7 @@ def test_the_guides_torch_backend_passes_and_its_examples_run(cli, tmp_path, mon
     pytest.importorskip("torch")
     guide = GUIDE.read_text()
     blocks = dict(re.findall(r"```python\n# file: (\S+)\n(.*?)```", guide, re.S))
-    assert list(blocks) == ["sdpa_backend.py", "sglang_style_write.py", "keep_strides.py"]
+    assert list(blocks) == ["sdpa_backend.py", "sglang_style_write.py", "keep_strides.py", "flash_varlen_backend.py"]
     for name, code in blocks.items():
         (tmp_path / name).write_text(code)
     backend = blocks["sdpa_backend.py"]
@@ -38,5 +38,8 @@ def test_the_guides_torch_backend_passes_and_its_examples_run(cli, tmp_path, mon
     assert f"    {summary}" in guide          # the guide quotes this run
 
     monkeypatch.syspath_prepend(str(tmp_path))
-    for example in ("sglang_style_write.py", "keep_strides.py"):     # each asserts what the guide says
+    for example in ("sglang_style_write.py", "keep_strides.py", "flash_varlen_backend.py"):   # each asserts what the guide says
+        if example == "flash_varlen_backend.py":   # the varlen conversions come from the adapters, none by hand
+            assert re.search(r"varlen_metadata\(.*flash_window\(.*flash_soft_cap\(", blocks[example], re.S)
+            assert not re.search(r"cumsum|W - 1|- 1, 0\)|== 0\.0", blocks[example])
         runpy.run_path(str(tmp_path / example))
