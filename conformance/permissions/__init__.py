@@ -24,7 +24,7 @@ from kvconform.backends.numpy import NumpyBackend
 @dataclass(frozen=True)
 class PermissionInfo:
     spec: str          # module:Class, loadable as a backend
-    id: str            # the permission's id in spec/numerics.md "Permissions"
+    ids: tuple         # the permissions it takes: ids of spec/numerics.md "Permissions"
     ops: tuple         # the ops it overrides (every one must pass)
     clause: str        # the clauses that grant it
     description: str   # the adversarial legal form it takes
@@ -40,13 +40,14 @@ class Permission(NumpyBackend):
         self.name = f"permission-{type(self).__name__}"
 
 
-def permission(*, id: str, ops, clause: str, description: str):
-    """Register a permission backend; `ops` is one op name or a tuple of them."""
+def permission(*, id, ops, clause: str, description: str):
+    """Register a permission backend; `id` and `ops` are one name or a tuple of them."""
     ops = (ops,) if isinstance(ops, str) else tuple(ops)
+    ids = (id,) if isinstance(id, str) else tuple(id)
 
     def register(cls):
         spec = f"{cls.__module__}:{cls.__name__}"
-        _REGISTRY[spec] = PermissionInfo(spec, id, ops, clause, description)
+        _REGISTRY[spec] = PermissionInfo(spec, ids, ops, clause, description)
         cls.permission_info = _REGISTRY[spec]
         return cls
     return register

@@ -48,11 +48,20 @@ class _Float32Attention(Permission):
         return out[:, :, :call.latent_dim]
 
 
-@permission(id="kv_in_compute_dtype", ops=ATTENTION_OPS, clause="PA-19, NU-PA1",
+@permission(id=("kv_in_compute_dtype", "probs_in_compute_dtype", "output_in_required_precision",
+                "float32_sums"), ops=ATTENTION_OPS, clause="PA-19, NU-3, NU-PA1",
             description="dequantized K/V (and K/V wider than q) rounded to q's dtype, probabilities rounded to "
-                        "q's dtype before PV, output in q's dtype; float32 sums, last key first")
+                        "q's dtype before PV, output in q's dtype; float32 sums, one rounding per term, last key "
+                        "first")
 class NarrowOperands(_Float32Attention):
     how = How(kv_rounded=True, probs_rounded=True, order="reverse")
+
+
+@permission(id="kv_in_compute_dtype", ops=ATTENTION_OPS, clause="PA-19, NU-PA1",
+            description="only the K/V rounding: dequantized K/V rounded to q's dtype, float32 elsewhere, float32 "
+                        "sums first key first")
+class KvInComputeDtype(_Float32Attention):
+    how = How(kv_rounded=True)
 
 
 @permission(id="scales_folded", ops=ATTENTION_OPS, clause="PA-19",
@@ -62,7 +71,7 @@ class FoldedScales(_Float32Attention):
     how = How(fold_scales=True, probs_rounded=True, order="forward")
 
 
-@permission(id="split_kv_float32", ops=ATTENTION_OPS, clause="NU-3, NU-PA1, NU-PA2",
+@permission(id=("split_kv", "flushed_probabilities"), ops=ATTENTION_OPS, clause="NU-PA1, NU-PA2, NU-12",
             description="split-KV over blocks of 16 keys: float32 partial max, sum and output per block, "
                         "combined last block first; probabilities below 2^-126 flushed to zero in the scores")
 class SplitKvFloat32(_Float32Attention):
