@@ -98,8 +98,11 @@ def _softplus32(x):
             description="the chunked closed form of RS-18 in float32 (prefix sums of dt' A, decays "
                         "exp(cs_i - cs_j), float32 products, state carried in float32), chunk = the hint")
 class SsdChunkedFloat32(Permission):
+    own_chunk = 0     # 0: the hint
     def ssd_chunked_scan(self, state, x, dt, A, B, C, cu_seqlens, **kw):
         call = validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, **kw)
+        if self.own_chunk:
+            call = call._replace(chunk_size=self.own_chunk)
         act = np.asarray(x).dtype
         f = {name: None if getattr(call, name) is None else getattr(call, name).astype(F32)
              for name in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")}
@@ -142,6 +145,12 @@ class SsdChunkedFloat32(Permission):
         out[_padding_tokens(cu, idx)] = 0.0                     # RS-3
         return SSDScan(out.astype(act), scatter_rows(call.state, idx, final.astype(np.float64)),
                        snaps.astype(call.state.dtype))
+
+
+@permission(id="chunk_size_ignored", ops="ssd_chunked_scan", clause="RS-18",
+            description="the float32 chunked form with chunks of 3 tokens whatever chunk_size says (a hint)")
+class SsdOwnChunkFloat32(SsdChunkedFloat32):
+    own_chunk = 3
 
 
 def _ssd_chunk32(S, x, dt, A, B, C):
