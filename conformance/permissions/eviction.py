@@ -1,4 +1,5 @@
-"""Permission of the eviction family (NU-EV2): `accumulate_scores` in the required precision.
+"""Permissions of the eviction family: `accumulate_scores` in the required precision (NU-EV2), `plan_eviction`
+with float32 block scores (NU-EV3).
 
 The required precision of `acc` is the wider of the dtypes of `acc` and `step_scores` (NU-3, NU-EV2). A
 kernel adds in that precision: float32 inputs give a float32 sum, rounded once, returned as float32.
@@ -8,7 +9,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from kvconform.reference.eviction import ScoreState, validate_accumulate_scores
+from kvconform.reference.eviction import (EvictionPlan, ScoreState, validate_accumulate_scores,
+                                        validate_plan_eviction)
 
 from . import Permission, permission
 
@@ -27,3 +29,34 @@ class AccumulateInRequiredPrecision(Permission):
         total = (padded + call.step_scores.astype(ct)).astype(ct).astype(wide)
         counts_out = np.concatenate([call.counts + new, np.arange(new, 0, -1)]).astype(np.int32)
         return ScoreState(total, counts_out)
+
+
+@permission(id="block_scores_float32", ops="plan_eviction", clause="NU-EV3, EV-6, EV-7",
+            description="block scores in float32: tau = fl32(acc) / fl32(counts) in float32, each block summed "
+                        "in float32 last token first; the selection then as EV-10 on those scores")
+class BlockScoresFloat32(Permission):
+    def plan_eviction(self, block_table, acc, counts, config):
+        call = validate_plan_eviction(block_table, acc, counts, config)
+        table, acc64, cnt, cfg = call.block_table, call.acc, call.counts, call.config
+        block = cfg.block_size
+        acc32 = acc64.astype(np.float32)
+        tau = (acc32 / cnt.astype(np.float32)).astype(np.float32) if cfg.aggregation == "norm_sum" else acc32
+        num_blocks = table.shape[0]
+        padded = np.concatenate([tau, np.zeros(num_blocks * block - tau.shape[0], np.float32)])
+        rows = np.flip(padded.reshape(num_blocks, block), axis=1)
+        scores = np.cumsum(rows, axis=1, dtype=np.float32)[:, -1] if block else np.zeros(num_blocks, np.float32)
+        full = acc64.shape[0] // block
+        num_evict = max(0, full - cfg.max_cache_size // block)
+        candidates = np.arange(cfg.start_size // block, full - cfg.recent_size // block)
+        ranked = candidates[np.lexsort((candidates, scores[candidates]))]
+        evicted = np.sort(ranked[:num_evict])
+        keep = np.ones(num_blocks, dtype=bool)
+        keep[evicted] = False
+        kept = np.flatnonzero(keep)
+        shift = np.cumsum(~keep)[kept]
+        moved = shift > 0
+        token_keep = np.repeat(keep, block)[:acc64.shape[0]]
+        return EvictionPlan(evicted_blocks=evicted.astype(np.int32), block_table=table[kept].astype(np.int32),
+                            rotated_block_indices=table[kept[moved]].astype(np.int32),
+                            rotation_deltas=shift[moved].reshape(-1, 1).astype(np.int32),
+                            acc=np.asarray(acc)[token_keep], counts=cnt[token_keep].astype(np.int32))

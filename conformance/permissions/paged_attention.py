@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from kvconform import reference
 from kvconform.reference.metadata import validate_ragged_paged_attention_csr
 from kvconform.reference.mla import validate_mla_paged_attention
 from kvconform.reference.paged_attention import AttentionOutput, validate_ragged_paged_attention
@@ -88,3 +89,34 @@ class PaddingRowsNan(_Float32Attention):
             description="output returned as float32 (wider than a 16-bit q), computed in float32")
 class WiderOutput(_Float32Attention):
     how = How(narrow_out=False)
+
+
+@permission(id="head_blocks", ops="ragged_paged_attention", clause="PA-47, PA-12",
+            description="query heads processed in blocks of one (each with only its own KV head, its sink and its "
+                        "scales), scores summed over the blocks")
+class OneHeadBlocks(Permission):
+    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
+        call = validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs,
+                                               **kw)
+        Hq, Hkv = call.q.shape[1], call.k_pages.shape[2]
+        out, scores = np.zeros(call.q.shape), None
+        for h in range(Hq):
+            kv = slice(h // (Hq // Hkv), h // (Hq // Hkv) + 1)
+            part = reference.ragged_paged_attention(
+                call.q[:, h:h + 1], call.k_pages[:, :, kv], call.v_pages[:, :, kv], call.kv_lens, call.page_indices,
+                call.cu_q_lens, call.num_seqs, sm_scale=call.sm_scale, sliding_window=call.sliding_window,
+                soft_cap=call.soft_cap, sinks=None if call.sinks is None else call.sinks[h:h + 1],
+                k_scale=_head_scale(call.k_scale, kv), v_scale=_head_scale(call.v_scale, kv),
+                return_scores=call.return_scores)
+            if call.return_scores:
+                part, head_scores = part
+                scores = head_scores if scores is None else scores + head_scores
+            out[:, h:h + 1] = part
+        return AttentionOutput(out, scores) if call.return_scores else out
+
+
+def _head_scale(scale, kv: slice):
+    """The scale of one KV head: a scalar as is, [Hkv] -> [1], [P, page_size, Hkv] -> [P, page_size, 1]."""
+    if scale is None or np.ndim(scale) == 0:
+        return scale
+    return scale[kv] if np.ndim(scale) == 1 else scale[:, :, kv]
