@@ -64,10 +64,19 @@ def _sum32(x: np.ndarray, axis: int, order: str) -> np.ndarray:
     return np.take(np.cumsum(x, axis=axis, dtype=F32), -1, axis=axis)
 
 
+_BLOCK_ELEMENTS = 1 << 22     # products formed at once (32 MiB of float64): real-size calls stay bounded
+
+
 def _dot32(a: np.ndarray, b: np.ndarray, order: str) -> np.ndarray:
-    """a [..., D] . b [L, D] -> [..., L]: products rounded to float32, summed sequentially in float32."""
-    prods = (a[..., None, :] * b).astype(F32)          # exact float64 products of float32 operands, rounded once
-    return _sum32(prods, -1, "reverse" if order == "reverse" else "forward")
+    """a [..., D] . b [L, D] -> [..., L]: products rounded to float32, summed sequentially in float32
+    (rows of b in blocks, so that the products of a long sequence never exist all at once)."""
+    order = "reverse" if order == "reverse" else "forward"
+    step = max(1, _BLOCK_ELEMENTS // max(1, a.size))
+    out = np.empty(a.shape[:-1] + (b.shape[0],), F32)
+    for j in range(0, b.shape[0], step):
+        prods = (a[..., None, :] * b[j:j + step]).astype(F32)   # exact float64 products of float32 operands
+        out[..., j:j + step] = _sum32(prods, -1, order)
+    return out
 
 
 def attend(call, compute, how: How):
