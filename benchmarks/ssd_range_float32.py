@@ -16,7 +16,7 @@ from hypothesis.errors import NonInteractiveExampleWarning
 
 from kvconform import reference
 from kvconform.backends.numpy import NumpyBackend
-from kvconform.conformance.compare import compare_field
+from kvconform.conformance.engine.compare import compare_field
 from kvconform.conformance.permissions import recurrent as perm
 from kvconform.conformance.strategies import recurrent as rs
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.coverage import permission_table
+from kvconform.conformance.report.coverage import permission_table
 from kvconform.conformance.permissions import all_permissions
 
 PERMISSIONS = all_permissions()
