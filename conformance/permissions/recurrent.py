@@ -94,7 +94,8 @@ def _softplus32(x):
         return np.where(x > F32(20), x, np.log1p(np.exp(x))).astype(F32)
 
 
-@permission(id="ssd_chunked_float32", ops="ssd_chunked_scan", clause="RS-8, RS-18, NU-R2",
+@permission(id=("ssd_chunked_float32", "output_in_required_precision"), ops="ssd_chunked_scan",
+            clause="RS-8, RS-18, NU-R2",
             description="the chunked closed form of RS-18 in float32 (prefix sums of dt' A, decays "
                         "exp(cs_i - cs_j), float32 products, state carried in float32), chunk = the hint")
 class SsdChunkedFloat32(Permission):

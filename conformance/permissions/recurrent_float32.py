@@ -36,8 +36,9 @@ def _silu32(x):
         return (x / (F32(1) + np.exp(-x))).astype(F32)
 
 
-@permission(id=("recurrent_float32", "chunk_size_ignored"), ops=("causal_conv1d_update", "selective_state_update",
-                                         "gated_delta_rule_update", "gated_delta_rule_chunked"),
+@permission(id=("recurrent_float32", "chunk_size_ignored", "output_in_required_precision"),
+            ops=("causal_conv1d_update", "selective_state_update", "gated_delta_rule_update",
+                 "gated_delta_rule_chunked"),
             clause="RS-8, NU-3, NU-R2, NU-R2g",
             description="float32 arithmetic, sums last term first, state in float32 between tokens, outputs "
                         "in the activations' dtype (gated delta rule chunked: token by token, chunk_size ignored)")
