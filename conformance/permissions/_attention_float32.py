@@ -7,8 +7,9 @@ and MLA's equivalent call arrive canonical) and computes every counted row in fl
   `u_cmp`); K/V dequantized as `fl32(stored * scale)` and, with `how.kv_rounded`, rounded to `compute`
   when the pages are quantized or wider than q (PA-19, NU-PA1 `u_kv`); with `how.fold_scales` the stored
   values are the operands and `fl32(sm_scale * k_scale)` scales the logits, `v_scale` the output (PA-19);
-- every product rounded to float32 and every sum a float32 sum in `how.order`: "forward" or "reverse"
-  (sequential, one rounding per term: the largest error growth a sum of n terms has on average), or
+- every product rounded to float32 and every sum a float32 sum in `how.order`: "blas" (float32 matrix
+  products, the library's blocked order), "forward" or "reverse" (sequential, one rounding per term: the
+  largest error growth a sum of n terms has on average), or
   "split" (split-KV / online softmax over blocks of `how.block` keys: float32 partial maxima, sums and
   outputs, rescaled by float32 `exp` when combined, as flash-decoding kernels do);
 - probabilities rounded to `compute` before the PV product with `how.probs_rounded`, the denominator summed
@@ -38,7 +39,7 @@ class How:
     kv_rounded: bool = False      # K/V in the compute dtype (PA-19)
     fold_scales: bool = False     # k_scale into the logits, v_scale into the output (PA-19)
     probs_rounded: bool = False   # p in the compute dtype before PV (NU-PA1)
-    order: str = "forward"        # "forward", "reverse" or "split"
+    order: str = "blas"           # "blas", "forward", "reverse" or "split"
     block: int = 16               # keys per split ("split")
     flush: bool = False           # probabilities below 2^-126 -> 0 (NU-PA2)
     narrow_out: bool = True       # output in the required precision, q's dtype (NU-3)
@@ -55,8 +56,11 @@ def _rounded(x: np.ndarray, dtype) -> np.ndarray:
 
 
 def _sum32(x: np.ndarray, axis: int, order: str) -> np.ndarray:
-    """Sequential float32 sum along `axis`: one rounding per term, first to last or last to first."""
+    """float32 sum along `axis`: pairwise ("blas"), or sequential with one rounding per term, first to last
+    ("forward") or last to first ("reverse")."""
     x = x.astype(F32)
+    if order == "blas":
+        return np.sum(x, axis=axis, dtype=F32)
     if order == "reverse":
         x = np.flip(x, axis=axis)
     if x.shape[axis] == 0:
@@ -70,6 +74,8 @@ _BLOCK_ELEMENTS = 1 << 22     # products formed at once (32 MiB of float64): rea
 def _dot32(a: np.ndarray, b: np.ndarray, order: str) -> np.ndarray:
     """a [..., D] . b [L, D] -> [..., L]: products rounded to float32, summed sequentially in float32
     (rows of b in blocks, so that the products of a long sequence never exist all at once)."""
+    if order == "blas":     # float32 operands, float32 accumulation in the library's order
+        return np.matmul(a.astype(F32), b.T.astype(F32))
     order = "reverse" if order == "reverse" else "forward"
     step = max(1, _BLOCK_ELEMENTS // max(1, a.size))
     out = np.empty(a.shape[:-1] + (b.shape[0],), F32)

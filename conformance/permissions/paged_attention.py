@@ -60,7 +60,7 @@ class NarrowOperands(_Float32Attention):
 
 @permission(id="kv_in_compute_dtype", ops=ATTENTION_OPS, clause="PA-19, NU-PA1",
             description="only the K/V rounding: dequantized K/V rounded to q's dtype, float32 elsewhere, float32 "
-                        "sums first key first")
+                        "matrix products")
 class KvInComputeDtype(_Float32Attention):
     how = How(kv_rounded=True)
 
@@ -69,7 +69,7 @@ class KvInComputeDtype(_Float32Attention):
             description="stored fp8/int8 values are the operands: fl32(sm_scale * k_scale) scales the logits, "
                         "v_scale the probabilities; probabilities rounded to q's dtype")
 class FoldedScales(_Float32Attention):
-    how = How(fold_scales=True, probs_rounded=True, order="forward")
+    how = How(fold_scales=True, probs_rounded=True, order="forward")     # sequential, first key first
 
 
 @permission(id=("split_kv", "flushed_probabilities"), ops=ATTENTION_OPS, clause="NU-PA1, NU-PA2, NU-12",
