@@ -100,6 +100,7 @@ def _softplus32(x):
                         "exp(cs_i - cs_j), float32 products, state carried in float32), chunk = the hint")
 class SsdChunkedFloat32(Permission):
     own_chunk = 0     # 0: the hint
+
     def ssd_chunked_scan(self, state, x, dt, A, B, C, cu_seqlens, **kw):
         call = validate_ssd_chunked_scan(state, x, dt, A, B, C, cu_seqlens, **kw)
         if self.own_chunk:
@@ -117,27 +118,25 @@ class SsdChunkedFloat32(Permission):
         final = start.copy()
         out = np.zeros(call.x.shape, F32)
         snaps = np.zeros((seqs, call.num_snapshots, H, P, N), F32)
+        heads_group = np.arange(H) // group
         for s in range(seqs):
             if idx[s] < 0:
                 continue
             lo, hi = int(cu[s]), int(cu[s + 1])
-            length = hi - lo
-            snaps[s, length + 1:] = np.nan                     # RS-19: r > L_s unspecified
-            for h in range(H):
-                g = h // group
-                S = start[s, h]                                # [P, N]
-                if length < call.num_snapshots:
-                    snaps[s, length, h] = S
-                for c0 in range(lo, hi, call.chunk_size):
-                    c1 = min(hi, c0 + call.chunk_size)
-                    y, S, states = _ssd_chunk32(S, f["x"][c0:c1, h], dtp[c0:c1, h], f["A"][h],
-                                                f["B"][c0:c1, g], f["C"][c0:c1, g])
-                    out[c0:c1, h] = y
-                    for t in range(c1 - c0):                    # snapshot r = state after L - r tokens
-                        r = hi - (c0 + t + 1)
-                        if r < call.num_snapshots:
-                            snaps[s, r, h] = states[t]
-                final[s, h] = S
+            snaps[s, hi - lo + 1:] = np.nan                    # RS-19: r > L_s unspecified
+            if hi - lo < call.num_snapshots:
+                snaps[s, hi - lo] = start[s]
+            S = start[s]                                        # [H, P, N]
+            for c0 in range(lo, hi, call.chunk_size):
+                c1 = min(hi, c0 + call.chunk_size)
+                # snapshot r is the state after L - r tokens: those that end inside this chunk
+                wanted = {t: hi - (c0 + t + 1) for t in range(c1 - c0) if hi - (c0 + t + 1) < call.num_snapshots}
+                out[c0:c1], S, states = _ssd_chunk32(S, f["x"][c0:c1], dtp[c0:c1], f["A"],
+                                                     f["B"][c0:c1][:, heads_group], f["C"][c0:c1][:, heads_group],
+                                                     wanted)
+                for t, r in wanted.items():
+                    snaps[s, r] = states[t]
+            final[s] = S
         if f["D"] is not None:
             out = (out + f["D"][None, :, None] * f["x"]).astype(F32)
         if f["z"] is not None:
@@ -154,24 +153,28 @@ class SsdOwnChunkFloat32(SsdChunkedFloat32):
     own_chunk = 3
 
 
-def _ssd_chunk32(S, x, dt, A, B, C):
-    """One chunk of Q tokens of one head in float32 (RS-18's closed form).
+def _ssd_chunk32(S, x, dt, A, B, C, wanted):
+    """One chunk of Q tokens, all heads, in float32 (RS-18's closed form), as float32 matrix products.
 
-    S: float32[P, N] state entering; x: [Q, P]; dt: [Q] (dt'); A: scalar; B, C: [Q, N].
-    Returns (y [Q, P] without D and z, the state after the chunk [P, N], states after each token [Q, P, N]).
+    S: float32[H, P, N] state entering; x: [Q, H, P]; dt: [Q, H] (dt'); A: [H]; B, C: [Q, H, N] (each
+    head's group); wanted: token offsets t whose state (after t + 1 tokens) is asked for.
+    Returns (y [Q, H, P] without D and z, the state after the chunk [H, P, N], {t: state [H, P, N]}).
     """
     Q = x.shape[0]
-    cs = np.cumsum((dt * A).astype(F32), dtype=F32)                        # [Q]
-    seg = (cs[:, None] - cs[None, :]).astype(F32)
+    cs = np.cumsum((dt * A).astype(F32), axis=0, dtype=F32).T                     # [H, Q]
     causal = np.tri(Q, dtype=bool)
-    decay = np.where(causal, np.exp(np.where(causal, seg, F32(0))), F32(0)).astype(F32)   # [i, j]
-    weights = ((C @ B.T).astype(F32) * decay * dt[None, :]).astype(F32)
-    y = (weights @ x + np.exp(cs)[:, None] * (C @ S.T)).astype(F32)        # [Q, P]
-    states = np.empty((Q, S.shape[0], S.shape[1]), F32)
-    for t in range(Q):
-        w = (np.exp((cs[t] - cs[:t + 1]).astype(F32)) * dt[:t + 1]).astype(F32)   # [t+1]
-        states[t] = (np.exp(cs[t]) * S + (x[:t + 1] * w[:, None]).T @ B[:t + 1]).astype(F32)
-    return y, states[-1], states
+    seg = np.where(causal, (cs[:, :, None] - cs[:, None, :]).astype(F32), F32(0))  # [H, i, j]
+    decay = np.where(causal, np.exp(seg), F32(0)).astype(F32)
+    Ch, Bh, xh = C.transpose(1, 0, 2), B.transpose(1, 0, 2), x.transpose(1, 0, 2)   # [H, Q, .]
+    weights = (np.matmul(Ch, Bh.transpose(0, 2, 1)) * decay * dt.T[:, None, :]).astype(F32)
+    y = (np.matmul(weights, xh) + np.exp(cs)[..., None] * np.matmul(Ch, S.transpose(0, 2, 1))).astype(F32)
+
+    def state_after(t):
+        w = (np.exp((cs[:, t:t + 1] - cs[:, :t + 1]).astype(F32)) * dt.T[:, :t + 1]).astype(F32)   # [H, t+1]
+        absorbed = np.matmul((xh[:, :t + 1] * w[..., None]).transpose(0, 2, 1), Bh[:, :t + 1])     # [H, P, N]
+        return (np.exp(cs[:, t])[:, None, None] * S + absorbed).astype(F32)
+
+    return y.transpose(1, 0, 2), state_after(Q - 1), {t: state_after(t) for t in wanted}
 
 
 @permission(id="log_decays", ops="rwkv6_wkv", clause="RS-20, RS-44, NU-R2",
