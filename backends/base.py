@@ -99,7 +99,8 @@ LIMITS: dict[str, tuple[str, ...]] = {
     "causal_conv1d_update": ("min_width", "max_num_seqs", "width", "channels", "padding_outputs"),
     "selective_state_update": ("max_num_seqs",) + _SSM_SIZES + _SSM_CONVENTIONS,
     "ssd_chunked_scan": ("max_num_seqs", "seq_len") + _SSM_SIZES + _SSM_CONVENTIONS,
-    "rwkv6_wkv": ("max_num_seqs", "seq_len") + _LINEAR_SIZES[1:] + ("equal_key_value_dims", "padding_outputs"),
+    "rwkv6_wkv": ("max_num_seqs", "seq_len") + _LINEAR_SIZES[1:] + ("equal_key_value_dims", "padding_outputs",
+                                                                     "decays"),
     "gated_delta_rule_update": ("max_num_seqs",) + _LINEAR_SIZES + ("equal_key_value_dims", "padding_outputs"),
     "gated_delta_rule_chunked": ("max_num_seqs", "seq_len") + _LINEAR_SIZES
     + ("equal_key_value_dims", "padding_outputs"),
@@ -157,6 +158,7 @@ CONVENTIONS: dict[str, tuple[Any, ...]] = {
     "dt_softplus": ("always",),                     # RS-37: softplus applied to dt on every call
     "required_inputs": ("D", "dt_bias"),            # RS-38: a list of these, always passed
     "equal_key_value_dims": (True,),                # RS-40: K == V
+    "decays": ("positive",),                        # RS-44: decays drawn > 0 (log-space kernels)
 }
 
 

@@ -1,4 +1,5 @@
-"""`kvconform coverage`: clause x layer coverage of the suite (report/coverage.py)."""
+"""`kvconform coverage`: clause x layer coverage of the suite, and the permissions with their backends
+(report/coverage.py)."""
 from __future__ import annotations
 
 import json
@@ -25,9 +26,15 @@ def cmd_coverage(args) -> int:
         return 3
     table = coverage.coverage_table(clauses, tests)
     prefixes = (args.family.upper(),) if args.family else ()
+    permissions = coverage.permission_table()
     if args.json:
-        print(json.dumps({"clauses": clauses, "coverage": table, "marked": coverage.marked_clauses()}, indent=1))
+        print(json.dumps({"clauses": clauses, "coverage": table, "marked": coverage.marked_clauses(),
+                          "permissions": permissions}, indent=1))
     else:
         for line in coverage.render(table, clauses, prefixes, coverage.marked_clauses()):
             print(line)
+        if not prefixes:    # the permissions of spec/numerics.md, each with its backends
+            print()
+            for line in coverage.render_permissions(permissions):
+                print(line)
     return 0

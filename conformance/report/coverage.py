@@ -127,3 +127,37 @@ def render(table: dict, clauses: dict[str, str], prefixes: tuple[str, ...] = (),
     if unknown:
         lines.append("cited by tests but not defined in spec/: " + " ".join(unknown))
     return lines
+
+
+# --- permissions (spec/numerics.md "Permissions") ---------------------------------------------------------
+
+_PERMISSION_ROW = re.compile(r"^\|\s*`([a-z0-9_]+)`\s*\|([^|]*)\|([^|]*)\|([^|]*)\|\s*$", re.M)
+
+
+def permission_table(texts: dict[str, str] | None = None) -> list[dict]:
+    """[{id, ops, clauses, what, backends}] for every row of spec/numerics.md's "Permissions" table, each
+    with the permission backends that take it (kvconform.conformance.permissions; none: a gap)."""
+    from kvconform.conformance.permissions import all_permissions
+    text = (texts or spec_files()).get("numerics.md", "")
+    section = text.split("\n## Permissions", 1)[1] if "\n## Permissions" in text else ""
+    taken: dict[str, list[str]] = {}
+    for p in all_permissions():
+        for pid in p.ids:
+            taken.setdefault(pid, []).append(p.spec)
+    return [{"id": m.group(1), "ops": m.group(2).strip(), "clauses": m.group(3).strip(),
+             "what": m.group(4).strip(), "backends": sorted(taken.get(m.group(1), []))}
+            for m in _PERMISSION_ROW.finditer(section)]
+
+
+def render_permissions(rows: list[dict]) -> list[str]:
+    """One line per permission with its backends (module:Class, short), then the gaps."""
+    lines = [f"{'permission':<30} backends"]
+    for row in rows:
+        names = ", ".join(b.split("permissions.", 1)[-1] for b in row["backends"]) or "-"
+        lines.append(f"{row['id']:<30} {names}")
+    gaps = [row["id"] for row in rows if not row["backends"]]
+    lines.append(f"{len(rows) - len(gaps)}/{len(rows)} permissions have a backend")
+    if gaps:
+        lines.append("permissions without a backend (gaps): " + " ".join(gaps))
+    return lines
+

@@ -28,7 +28,7 @@ from .variations import narrowed, rows_dropped, widened, without
 from . import attention_reach as ar
 from . import constraints
 from . import goldens
-from .values import floats, pick, quantization_ties, sampled_from, seeds
+from .values import dequantized_within, floats, pick, quantization_ties, sampled_from, seeds
 
 Q_DTYPES = ("float32", "bfloat16", "float16", "float64")
 FLOAT_KV_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -308,6 +308,10 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
                   cu_q_lens=cu, num_seqs=num_seqs, **kwargs)
     if variant.values == "range":
         inputs = ar.range_values(rng, inputs, q_lens, options)
+    if quantized:   # NU-PA6: dequantized K/V within q's range (a kernel may hold them in q's dtype, PA-19)
+        limit = float(dtypes.max_finite(dtypes.resolve_dtype(q_dtype)))
+        for pages, scale in (("k_pages", "k_scale"), ("v_pages", "v_scale")):
+            inputs[pages] = dequantized_within(inputs[pages], inputs[scale], limit)
     params = dict(dtype=q_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hq=hq, hkv=hkv,
                   num_seqs=num_seqs, q_lens=q_lens, kv_lens=kv_lens, variant=variant.name)
     if options:

@@ -119,6 +119,28 @@ def max_abs(x: np.ndarray, scale=None) -> float:
     return float(np.max(np.abs(v))) if v.size else 0.0
 
 
+def dequantized_within(pages: np.ndarray, scale, limit: float) -> np.ndarray:
+    """Quantized `pages` [P, page_size, Hkv, D] (float8 or int8) whose dequantized values
+    `stored * fl32(scale)` all lie within [-limit, limit]: each stored value past it is replaced by the
+    largest finite stored value of the same sign that stays within (spec/numerics.md NU-PA6). `scale`: a
+    scalar, [Hkv] or [P, page_size, Hkv] (PA-48). Values already within are unchanged."""
+    values = finite_values(dtypes.dtype_name(pages.dtype))
+    exact = values.astype(np.float64)
+    s = np.asarray(scale, np.float32).astype(np.float64)
+    s = s[None, :, None] if s.ndim == 1 else (s[..., None] if s.ndim == 3 else s)
+    s = np.broadcast_to(s, pages.shape)
+    stored = pages.astype(np.float64)
+    out = pages.copy()
+    past = np.abs(stored * s) > limit
+    for u in np.unique(s[past]):
+        fits = np.abs(exact * u) <= limit
+        for side in (exact > 0, exact < 0):
+            allowed = fits & side
+            top = np.flatnonzero(allowed)[np.argmax(np.abs(exact[allowed]))]
+            out[past & (s == u) & (np.sign(stored) == np.sign(exact[top]))] = values[top]
+    return out
+
+
 def pick(draw, options, what: str):
     """Draw one of `options` (a non-empty sequence)."""
     options = tuple(options)

@@ -1,6 +1,7 @@
 """`rwkv6_wkv` cases and checks (spec/recurrent.md RS-20)."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
@@ -25,6 +26,14 @@ RWKV_VARIANTS = (
     Variant("long", (), ("RS-17", "RS-20") + _REACH, reach="long"),
     Variant("range", (), ("RS-20",) + _RANGE, reach="range"),
 )
+
+
+def positive_decays(w: np.ndarray) -> np.ndarray:
+    """RS-44 (`decays: "positive"`): every decay of 0 (drawn, or a strong decay that rounds to 0 in the
+    activations' dtype) raised to the smallest decay a log-space kernel takes in float32: the smallest
+    normal of the dtype, and of float32 (log of it is -87.3; a float64 2^-1022 is 0 in float32)."""
+    floor = max(float(np.finfo(np.float32).tiny), float(ml_dtypes.finfo(w.dtype).tiny))
+    return np.where(w > 0, w, np.asarray(floor).astype(w.dtype))
 
 
 RWKV_RANGE_REGIMES = ("strong_decays", "weak_decays", "reset_and_keep")
@@ -87,6 +96,8 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         w = reach.choice(rng, (tokens, heads, dk), (0.0, 1.0, 0.5), act)
     else:
         w = _positive(rng, (tokens, heads, dk), act, min_exp=-3, max_exp=-1)
+    if claims.limits.get("decays") == "positive":
+        w = positive_decays(w)
     arrays = dict(r=floats(rng, (tokens, heads, dk), act),
                   k=floats(rng, (tokens, heads, dk), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1),
                   v=floats(rng, (tokens, heads, dv), act), w=w)

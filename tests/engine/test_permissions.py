@@ -1,0 +1,62 @@
+"""No false alarm by construction: every permission backend passes every column of the ops it overrides.
+
+A permission backend (kvconform.conformance.permissions) takes one latitude the spec grants, in its most
+adversarial legal form (spec/numerics.md "Permissions"). One `kvconform run` per op and profile runs every
+permission backend of that op together; any failure is a false alarm of the suite (its draws or a bound's
+derivation), never a reason to widen a bound for that backend.
+"""
+from __future__ import annotations
+
+import pytest
+
+from kvconform.conformance.report.coverage import permission_table
+from kvconform.conformance.permissions import all_permissions
+
+PERMISSIONS = all_permissions()
+OPS = sorted({op for p in PERMISSIONS for op in p.ops})
+
+
+def _run_all(cli, tmp_path, op: str, profile: str, specs) -> dict:
+    out = tmp_path / "out"
+    args = ["run", "--ops", op, "--profile", profile, "--out", str(out)]
+    for spec in specs:
+        args += ["--backend", spec]
+    proc = cli(*args, timeout=900)
+    report = cli.report(out) if (out / "report.json").exists() else {"results": []}
+    bad = [(r["id"], r["status"], r["message"][:600]) for r in report["results"]
+           if r["status"] not in ("pass", "unsupported", "xfail")]
+    assert proc.returncode == 0 and not bad, (bad or proc.stdout[-3000:] + proc.stderr[-2000:])
+    return report
+
+
+@pytest.mark.parametrize("profile", ["quick", "ci"])
+@pytest.mark.parametrize("op", OPS)
+def test_every_permission_backend_passes_its_op(cli, tmp_path, op, profile):
+    specs = [p.spec for p in PERMISSIONS if op in p.ops]
+    report = _run_all(cli, tmp_path, op, profile, specs)
+    ran = {r["backend_spec"] for r in report["results"] if r["op"] == op and r["status"] == "pass"
+           and r["layer"] == "differential"}
+    assert ran == set(specs), f"backends with no passing differential test of {op}: {set(specs) - ran}"
+
+
+def test_log_space_rwkv_needs_its_claim(cli, tmp_path):
+    """RS-44 is needed: the same log-space kernel without the `decays: "positive"` claim fails the range
+    column (w = 0 exactly: log 0 = -inf, and the chunk's exp(L_t - L_s) is NaN)."""
+    out = tmp_path / "out"
+    proc = cli("run", "--backend", "permission_backends:LogDecaysUnclaimed", "--ops", "rwkv6_wkv",
+               "--profile", "ci", "--out", str(out))
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    failed = [r for r in cli.report(out)["results"] if r["status"] == "fail"]
+    assert failed and all("range" in r["id"] for r in failed), [r["id"] for r in failed]
+
+
+def test_every_permission_of_the_spec_is_listed_with_its_backends():
+    """Each backend names permissions the spec defines; `kvconform coverage` lists every one of them."""
+    table = permission_table()
+    ids = {row["id"] for row in table}
+    for p in PERMISSIONS:
+        assert set(p.ids) <= ids, f"{p.spec} takes permissions not in spec/numerics.md: {set(p.ids) - ids}"
+        assert p.ops and p.clause and p.description
+    taken = {i for p in PERMISSIONS for i in p.ids}
+    for row in table:
+        assert (row["id"] in taken) == bool(row["backends"]), row
