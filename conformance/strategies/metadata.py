@@ -498,7 +498,7 @@ def csr_attention_variants():
     from . import paged_attention as pa
     allowed = set(FEATURES["ragged_paged_attention_csr"])
     return tuple(v for v in pa.ATTENTION_VARIANTS if set(v.features) <= allowed and not v.layout
-                 and v.reach in ("", "keys", "pages", "page_size"))
+                 and (v.reach in ("", "keys", "pages", "page_size") or v.reach.startswith(pa.DIM_REACH)))
 
 
 def block_table_inputs(x: dict) -> dict:
