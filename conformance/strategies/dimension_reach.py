@@ -29,9 +29,11 @@ BUDGET = 512
 CHEAP_BUDGET = 1 << 17
 
 
-def columns(op: str) -> tuple[str, ...]:
-    """The dimensions of `op` that get a generated column: those with threshold or narrowing mutants."""
-    return tuple(d.name for d in dimensions(op) if d.thresholds() or d.ids)
+def columns(op: str, *, ids: bool = True) -> tuple[str, ...]:
+    """The dimensions of `op` that get a generated column: those with threshold mutants, and (ids=True)
+    those whose ids or offsets carry a narrowing mutant (a family whose `range` column already draws ids
+    up to INT32_MAX passes ids=False)."""
+    return tuple(d.name for d in dimensions(op) if d.thresholds() or (ids and d.ids))
 
 
 def sizes(op: str, name: str, admits=lambda n: True) -> tuple[int, ...]:
