@@ -39,7 +39,7 @@ def columns(op: str):
     if op in ("rotate_keys", "shift_keys"):
         cases = ro.rotate_keys_cases if op == "rotate_keys" else ro.shift_keys_cases
         variants = ro.ROTATE_VARIANTS if op == "rotate_keys" else ro.SHIFT_VARIANTS
-        return [(str(v), v in (ro.LONG, ro.RANGE), functools.partial(cases, variant=v)) for v in variants]
+        return [(str(v), bool(v.reach), functools.partial(cases, variant=v)) for v in variants]
     if op == "accumulate_scores":
         return [("base", False, ev.accumulate_cases)] + \
             [(r, True, functools.partial(ev.accumulate_cases, reach=r)) for r in ev.REACH]
