@@ -1,15 +1,17 @@
-"""The generated reach columns `reach_<dimension>` (spec/numerics.md "Reach by dimension").
+"""The generated reach columns `reach_<dimension>` (spec/numerics.md NU-15 "reach by dimension").
 
 For an op and one dimension of its registry (strategies/dimensions), a column draws that dimension at a
 size of `Dimension.reach_values` (past each power-of-two tile from 16, up to its real maximum or the CPU
 budget, with a tail that is not a multiple of 16), the tail first: the ci profile's single example takes
-it, which passes every tile at once and leaves each tiling a partial last tile; thorough runs take the others. Every other dimension stays small.
-Cheap dimensions (pool pages, ...) are drawn at real scale up to CHEAP_BUDGET, past 2^16 so that 16-bit ids
-show. The claimed features of the op are all turned on in the first example (each feature meets each
-dimension's large value in ci), off or on at random in the others.
+it, which passes every tile at once and leaves each tiling a partial last tile; thorough runs take the
+others. Every other dimension stays small. Cheap dimensions (pool pages, ...) are drawn at real scale up
+to CHEAP_BUDGET, past 2^16 so that 16-bit ids show. The claimed features of the op are all turned on in
+the first example (each feature meets each dimension's large value in ci), off or on at random in the
+others.
 
 `attention_shape` gives the sizes of one ragged_paged_attention call (used through it by the CSR and MLA
-strategies); each family's strategy builds its case from them.
+strategies), `write_shape` those of one write_kv call; the rotation and metadata strategies size their own
+from `pick_size`.
 """
 from __future__ import annotations
 
@@ -22,9 +24,10 @@ from . import constraints
 from .dimensions import dimensions
 from .values import sampled_from
 
-#: the largest size a long draw gives a dimension that is not cheap (a few hundred keys, rows, heads or dims
-#: per call keep a numpy reference call and an interpreted kernel call within seconds); 512 passes T = 256
-BUDGET = 512
+#: the largest size a long draw gives a dimension that is not cheap: past the largest tile (256) with a tail
+#: of 299 (not a multiple of 16); interpreted kernels run a program per sequence or row block, so each extra
+#: row costs (the Triton interpreter: 511 sequences took 82 s, ~300 take half that)
+BUDGET = 300
 #: cheap dimensions: past 2^16 (16-bit ids wrap) at a cost of a few MiB of arrays
 CHEAP_BUDGET = 1 << 17
 

@@ -97,7 +97,7 @@ ATTENTION_VARIANTS = (
 #: registry that carries a threshold mutant, that dimension past every tile, the claimed features on
 DIM_REACH = "dim:"
 DIM_REACH_FEATURES = ("sliding_window", "soft_cap", "sinks")
-ATTENTION_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14", "PA-51"),
+ATTENTION_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14", "PA-51", "NU-15"),
                                     reach=f"{DIM_REACH}{d}") for d in dr.columns("ragged_paged_attention"))
 WRITE_VARIANTS = (
     Variant("base", (), ("PA-41", "PA-43", "PA-45")),
@@ -111,7 +111,7 @@ WRITE_VARIANTS = (
     # claimed)
     Variant("range", (), ("PA-43", "PA-44", "PA-52", "NU-PA5"), values="range"),
 )
-WRITE_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-40", "PA-41", "PA-51"), reach=f"{DIM_REACH}{d}")
+WRITE_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-40", "PA-41", "PA-51", "NU-15"), reach=f"{DIM_REACH}{d}")
                        for d in dr.columns("write_kv") if d != "pool_slots")   # slots: the pool_pages column
 #: the long column's share of the profile's examples (ci: 3): each long call costs far more
 LONG_BUDGET = 0.12

@@ -103,7 +103,8 @@ BUDGETS = {"long": LONG_BUDGET, "range": RANGE_BUDGET}
 #: partial rotary where claimed, at random after the first example); ids reach INT32_MAX in `range`
 DIM_REACH = "dim:"
 for _op, _variants in (("rotate_keys", "ROTATE_VARIANTS"), ("shift_keys", "SHIFT_VARIANTS")):
-    _generated = tuple(Variant(f"reach_{d}", ("per_block_deltas",), ("RO-1", "RO-7", "RO-8"), reach=DIM_REACH + d)
+    _generated = tuple(Variant(f"reach_{d}", ("per_block_deltas",), ("RO-1", "RO-7", "RO-8", "NU-15"),
+                               reach=DIM_REACH + d)
                        for d in dr.columns(_op, ids=False))
     globals()[_variants] += _generated
     BUDGETS.update({v.reach: LONG_BUDGET for v in _generated})

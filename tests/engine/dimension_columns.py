@@ -47,7 +47,8 @@ def columns(op: str):
         return [("base", False, ev.plan_cases)] + \
             [(r, True, functools.partial(ev.reach_plan_cases, reach=r)) for r in ev.REACH]
     ordinary = md.STRIDED[op][0].cases
-    return [("base", False, ordinary)] + [(r, True, functools.partial(md.REACH_CASES[op], reach=r)) for r in md.reach_columns(op)]
+    return [("base", False, ordinary)] + \
+        [(r, True, functools.partial(md.REACH_CASES[op], reach=r)) for r in md.reach_columns(op)]
 
 
 def draw(strategy, n: int) -> list:
