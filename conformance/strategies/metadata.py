@@ -30,8 +30,9 @@ from hypothesis import strategies as st
 from kvconform import reference
 from kvconform.backends.base import FEATURES, OpClaims
 
-from .. import strided, tolerance
-from ..case import Case, PoisonRegion
+from kvconform.conformance.engine import strided, tolerance
+from kvconform.conformance.engine.case import Case, PoisonRegion
+
 from . import dimension_reach as dr
 from .values import pick, sampled_from, seeds
 
