@@ -1,6 +1,6 @@
 """Threshold mutants generated from the dimension registry (spec/numerics.md "Reach by dimension").
 
-For every op of strategies/dimensions REGISTRY, every dimension and every tile T of model.TILES that the
+For every op of conformance/dimensions REGISTRY, every dimension and every tile T of model.TILES that the
 dimension's real range passes, one mutant: the numpy backend with that op wrong past T along that
 dimension, in the dimension's `kind` (left unwritten, read from the first tile, dropped); and, for a
 dimension whose `ids` are ids or offsets reaching 2^16, one mutant with them narrowed to 16 bits. Each is
@@ -23,8 +23,8 @@ from kvconform import reference
 from kvconform.reference import dtypes
 from kvconform.reference.kv_layouts import canonical_kv
 
-from ..strategies.dimensions import REGISTRY, Dimension
-from ..strategies.dimensions.model import NARROW_BITS, array_axis
+from kvconform.conformance.dimensions import REGISTRY, Dimension
+from kvconform.conformance.dimensions.model import NARROW_BITS, array_axis
 from . import Mutant, mutant
 
 #: the id parts of the reach tests (test ids containing one of them): the long/long_* and range columns of

@@ -1,6 +1,6 @@
 """The generated reach columns `reach_<dimension>` (spec/numerics.md NU-15 "reach by dimension").
 
-For an op and one dimension of its registry (strategies/dimensions), a column draws that dimension at a
+For an op and one dimension of its registry (conformance/dimensions), a column draws that dimension at a
 size of `Dimension.reach_values` (past each power-of-two tile from 16, up to its real maximum or the CPU
 budget, with a tail that is not a multiple of 16), the tail first: the ci profile's single example takes
 it, which passes every tile at once and leaves each tiling a partial last tile; thorough runs take the
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kvconform.backends.base import OpClaims
 
 from . import constraints
-from .dimensions import dimensions
+from kvconform.conformance.dimensions import dimensions
 from .values import sampled_from
 
 #: the largest size a long draw gives a dimension that is not cheap: past the largest tile (256) with a tail

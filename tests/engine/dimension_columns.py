@@ -13,7 +13,7 @@ from kvconform.conformance.strategies import metadata as md
 from kvconform.conformance.strategies import mla
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies import rotation as ro
-from kvconform.conformance.strategies.dimensions import REGISTRY
+from kvconform.conformance.dimensions import REGISTRY
 
 #: the recurrent family's dimensions are declared by recurrent.py (its own branch): until it lands, its ops
 #: are the only ones allowed to be missing

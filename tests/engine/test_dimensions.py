@@ -1,4 +1,4 @@
-"""The dimension registry (conformance/strategies/dimensions) knows every size the strategies draw.
+"""The dimension registry (conformance/dimensions) knows every size the strategies draw.
 
 For every op: each column's strategy draws a few derandomized examples with the numpy backend's claims;
 every axis of every array input is declared by some dimension of the op, and every dimension's size lies in
@@ -13,8 +13,8 @@ from dimension_columns import EXAMPLES, PENDING, columns, draw
 
 from kvconform.backends.base import OPS
 from kvconform.backends.numpy import make_backend
-from kvconform.conformance.strategies.dimensions import REGISTRY, declares, dimensions, measure
-from kvconform.conformance.strategies.dimensions.model import Dimension
+from kvconform.conformance.dimensions import REGISTRY, declares, dimensions, measure
+from kvconform.conformance.dimensions.model import Dimension
 
 def test_every_op_has_dimensions():
     missing = set(OPS) - set(REGISTRY) - PENDING
