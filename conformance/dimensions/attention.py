@@ -68,7 +68,8 @@ WRITE_KV = (
     Dimension("tokens", ("slot_mapping[0]", "k[0]", "v[0]"), *src.TOKENS, small_max=16, kind="dropped",
               dropped=("slot_mapping[0]",), why_kind="tokens past T never written; the same pool as leaving "
                                                       "their slots unwritten"),
-    Dimension("pool_slots", ("max(slot_mapping)",), src.POOL_PAGES[0] * 16, src.POOL_PAGES[1] + " x 16 tokens",
+    Dimension("pool_slots", ("max(slot_mapping)",), src.POOL_PAGES[0] * 16,
+              "pool_pages' 819200 pages x 16 tokens (vLLM vllm/config/cache.py default block_size 16)",
               small_max=256, cheap=True, no_mutant="slots are pages x page_size: the pool_pages and page_size "
                                                    "mutants leave the slots past T unwritten", ids=("slot_mapping",)),
     Dimension("pool_pages", ("k_pages[0]", "v_pages[0]", "k_scale[0]/3", "v_scale[0]/3"), *src.POOL_PAGES,

@@ -65,3 +65,15 @@ def test_drawn_sizes_lie_in_the_registry(op):
                         problems.append(f"{name}: {d.name} {ref} = {size} outside [0, "
                                         f"{'real_max' if reach else 'small_max'} {top}]")
     assert not problems, "\n".join(sorted(set(problems)))
+
+
+def test_list_dimensions_prints_the_registry(cli):
+    proc = cli("list", "--dimensions", "ragged_paged_attention")
+    assert proc.returncode == 0, proc.stderr
+    for d in dimensions("ragged_paged_attention"):
+        assert d.name in proc.stdout and d.source in proc.stdout
+    assert "first_tile past T=16,32,64,128,256" in proc.stdout          # pages_per_seq's mutants
+    assert "page_indices narrowed to 16 bits" in proc.stdout
+    bad = cli("list", "--dimensions", "ragged_attention")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--dimensions: unknown op 'ragged_attention'" in bad.stderr
