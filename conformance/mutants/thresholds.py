@@ -33,6 +33,8 @@ REACH_TESTS = "long|range|reach|real"
 #: the clause a generated mutant breaks: the op family's reach section
 CLAUSES = {"ragged_paged_attention": "PA-51", "write_kv": "PA-51", "mla_paged_attention": "ML-11",
            "ragged_paged_attention_csr": "MD-23"}
+#: result fields that are an input cache updated in place (their unwritten part keeps the input)
+IN_PLACE = ("k_pages", "v_pages")
 _LEN_FLOOR = re.compile(r"^(?P<name>\w+)>=diff\((?P<cu>\w+)\)$")
 _ROWS = re.compile(r"^(?P<field>\w+)\[0\]@(?P<cu>\w+)$")
 
@@ -107,8 +109,9 @@ def _rebuild(result, fields: dict):
 
 
 def _unwritten(result, x: dict, refs, T: int):
-    """Output entries past T left unwritten: they keep the input of the same name where the op updates
-    one in place (write_kv's pools, the rotated cache `out` of k_pages), else 0."""
+    """Output entries past T left unwritten: they keep the input where the op updates a cache in place
+    (write_kv's pools, the rotated cache `out` of k_pages), else 0 (a fresh output buffer: the manager's
+    state is rebuilt, so keeping its old rows would hide nothing a kernel can get wrong)."""
     fields = dict(_fields(result))
     for ref in refs:
         rows = _ROWS.match(ref)
@@ -126,7 +129,7 @@ def _unwritten(result, x: dict, refs, T: int):
             continue
         out = np.array(out, copy=True)
         index = (slice(None),) * axis + (past,)
-        source = x.get(field, x.get("k_pages") if field == "out" and "k_pages" in x and out.ndim == 4 else None)
+        source = x.get(field) if field in IN_PLACE else x.get("k_pages") if field == "out" and out.ndim == 4 else None
         if source is not None and np.shape(source) == out.shape:
             kept = np.asarray(source)
             out[index] = (dtypes.upcast(kept) if out.dtype == np.float64 else kept)[index]
