@@ -28,6 +28,8 @@ from .values import sampled_from
 #: of 299 (not a multiple of 16); interpreted kernels run a program per sequence or row block, so each extra
 #: row costs (the Triton interpreter: 511 sequences took 82 s, ~300 take half that)
 BUDGET = 300
+#: the longest prefill of a reach_tokens draw (its rows are spread over prefills of this many)
+PREFILL_ROWS = 64
 #: cheap dimensions: past 2^16 (16-bit ids wrap) at a cost of a few MiB of arrays
 CHEAP_BUDGET = 1 << 17
 
@@ -70,8 +72,12 @@ def attention_shape(draw, claims: OpClaims, op: str, name: str) -> dict:
     shape = dict(page_size=page_size, head_dim=head_dim, hkv=1, group=1, q_lens=[1], kv_lens=[3], pool=0,
                  window=None)
     if name == "tokens":
-        n = pick_size(draw, op, name, lambda n: ok("q_len")(n) and ok("max_kv_len")(n))
-        shape.update(q_lens=[n], kv_lens=[n])
+        # n rows as prefills of at most PREFILL_ROWS rows each (the rows past T exist; a kernel's cost stays
+        # rows x keys of short sequences: one 300-row prefill took an interpreted MLA kernel 103 s)
+        chunk = PREFILL_ROWS if ok("q_len")(PREFILL_ROWS) else 1
+        n = pick_size(draw, op, name, lambda n: ok("max_num_seqs")(-(-n // chunk)))
+        q_lens = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+        shape.update(q_lens=q_lens, kv_lens=list(q_lens))
     elif name == "sequences":
         n = pick_size(draw, op, name, ok("max_num_seqs"))
         shape.update(q_lens=[1] * n, kv_lens=[1 + i % 3 for i in range(n)])
