@@ -175,7 +175,9 @@ def dim_shape(draw, claims: OpClaims, dim: str) -> dict:
     page_size = min(constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES))
     head_dim = min(d for d in constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS)
                    if d % 2 == 0)
-    shape = dict(page_size=page_size, head_dim=head_dim, rotary_dim=None, hkv=1, n=2, num_pages=3, lut_rows=None)
+    # LUT rows >= 2 and deltas >= 1 (rotate_keys_cases, shift_keys_cases): row 0 is the identity, and a
+    # column whose every key stays put would show no bug past any tile
+    shape = dict(page_size=page_size, head_dim=head_dim, rotary_dim=None, hkv=1, n=2, num_pages=3, lut_rows=8)
     op = "rotate_keys"
     if dim == "pool_pages":
         shape.update(n=4, num_pages=dr.pick_size(draw, op, dim, ok("max_pages")))
@@ -304,7 +306,10 @@ def rotate_keys_cases(draw, claims: OpClaims, variant: Variant, *, max_rows: int
     lut_dtype = pick(draw, _claimed(LUT_DTYPES, claims.dtypes, "LUT dtype", variant), "LUT dtype")
     rows, theta, scaling, lut = draw(_lut(p, variant, max_rows))
     lut = lut.astype(dtypes.resolve_dtype(lut_dtype))
-    deltas = p["rng"].integers(0, rows, size=(p["n"], p["width"])).astype(np.int32)
+    low = 1 if variant.reach.startswith(DIM_REACH) and rows > 1 else 0     # generated columns: no identity row
+    deltas = p["rng"].integers(low, rows, size=(p["n"], p["width"])).astype(np.int32)
+    if low and deltas.size:
+        deltas.flat[0] = rows - 1          # the last LUT row is read (past every tile of the rows)
     inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], rotation_deltas=deltas,
                   trig_lut=lut, **_options(p))
     extra = dict(scaling=scaling) if scaling else {}
@@ -337,7 +342,7 @@ def shift_keys_cases(draw, claims: OpClaims, variant: Variant):
     else:
         theta = draw(sampled_from(THETAS))
         big = draw(sampled_from((8, 64, 5000)))
-        lo = -big if negative else 0
+        lo = -big if negative else 1 if variant.reach.startswith(DIM_REACH) else 0   # generated: every key moves
         deltas = p["rng"].integers(lo, big + 1, size=(p["n"], p["width"])).astype(np.int32)
     inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], position_deltas=deltas,
                   theta=theta, **_options(p))
