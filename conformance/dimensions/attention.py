@@ -35,8 +35,10 @@ def _attention(q: str, pages: tuple[str, ...], dim_axes: tuple[str, ...], cu: st
                            "pages_per_seq and page_size mutants. " + _NO_KEY_NARROWING),
     )) + ((
         Dimension("table_pages", ("kv_indices[0]",), *src.POOL_PAGES, small_max=64, cheap=True,
-                  kind="first_tile", first_tile=("kv_indices[0]",), ids=("kv_indptr",),
-                  why_kind=_LOOP + "; kv_indptr offsets into it are narrowed"),
+                  kind="first_tile", first_tile=("kv_indices[0]",),
+                  why_kind=_LOOP + ". No 16-bit narrowing of kv_indptr here: past 2^16 table entries is past "
+                           "2^16 keys in one call (minutes for interpreted kernels); csr_to_block_table and "
+                           "append_slot_mapping narrow it with tables of 131071 pages"),
         Dimension("pages_per_seq", ("max(diff(kv_indptr))",), *src.PAGES_PER_SEQ, small_max=16,
                   no_mutant="a sequence's pages are a slice of kv_indices: the table_pages mutants cover "
                             "entries past T"),
