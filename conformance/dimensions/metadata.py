@@ -44,7 +44,8 @@ REGISTRY = {
         PAGE_SIZE,
     ),
     "append_slot_mapping": (
-        Dimension("tokens", ("max(qo_indptr)",), *src.TOKENS, small_max=16, cheap=True, unwritten=("out[0]",),
+        # not cheap: interpreted kernels compute one slot per program (16384 tokens took Pallas 128 s)
+        Dimension("tokens", ("max(qo_indptr)",), *src.TOKENS, small_max=16, unwritten=("out[0]",),
                   why_kind=_ROWS),
         _sequences(("qo_indptr[0]", "kv_indptr[0]", "kv_last_page_len[0]"), ("out[0]@qo_indptr",)),
         Dimension("table_pages", ("kv_indices[0]",), *src.POOL_PAGES, small_max=64, cheap=True, kind="first_tile",
