@@ -177,8 +177,8 @@ def _generate() -> dict[str, type]:
                 name = f"{_camel(op)}_{_camel(dim.name)}_{_camel(kind)}" + (f"_{T}" if T else f"{NARROW_BITS}")
                 only = REACH_TESTS if kind == "narrowed" or T >= dim.small_max else ""
                 cls = type(name, (Mutant,), {op: _op_method(op, dim, kind, T), "__module__": __name__,
-                                             "__qualname__": name,
-                                             "__doc__": _describe(op, dim, kind, T)})
+                                             "__qualname__": name, "__doc__": _describe(op, dim, kind, T),
+                                             "dimension": dim.name, "kind": kind, "tile": T})
                 classes[name] = mutant(op=op, clause=CLAUSES.get(op, "reach"), description=_describe(op, dim, kind, T),
                                        only_caught_by=only, max_size=10 ** 9, generated="thresholds")(cls)
     return classes
@@ -191,3 +191,14 @@ globals().update(GENERATED)
 def generated(op: str | None = None) -> list[type]:
     """The generated mutant classes (of one op), in registry order."""
     return [c for c in GENERATED.values() if op is None or c.mutant_info.op == op]
+
+
+def hardest(op: str) -> list[type]:
+    """Per dimension of `op`, its mutant at the largest tile and its narrowing mutant: the ones only a draw
+    past every tile (or past 2^16) can catch; a draw that catches them passes every smaller tile too."""
+    top: dict[str, type] = {}
+    for cls in generated(op):
+        key = cls.dimension + ("/narrowed" if cls.kind == "narrowed" else "")
+        if key not in top or (cls.tile or 0) > (top[key].tile or 0):
+            top[key] = cls
+    return list(top.values())
