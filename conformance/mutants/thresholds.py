@@ -28,8 +28,10 @@ from kvconform.conformance.dimensions.model import NARROW_BITS, array_axis
 from . import Mutant, mutant
 
 #: the id parts of the reach tests (test ids containing one of them): the long/long_* and range columns of
-#: every family, the metadata and eviction `_reach` tests, and the real-size goldens of the attention family
-REACH_TESTS = "long|range|reach|real"
+#: every family, the generated reach_<dimension> columns, the metadata and eviction `test_<op>_reach` tests,
+#: and the real-size goldens of the attention family (no bare "reach": pytest's -k matches it in a
+#: checkout's folder name)
+REACH_TESTS = "long|range|_reach|reach_|real"
 #: the clause a generated mutant breaks: the op family's reach section
 CLAUSES = {"ragged_paged_attention": "PA-51", "write_kv": "PA-51", "mla_paged_attention": "ML-11",
            "ragged_paged_attention_csr": "MD-23"}

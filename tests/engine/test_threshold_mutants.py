@@ -6,9 +6,9 @@ One `kvconform run --profile ci` per op with that op's generated mutants as back
 run per mutant would be most of the cost): by default the hardest of each dimension (the largest tile and
 the 16-bit narrowing), every one with KVCONFORM_ALL_THRESHOLD_MUTANTS=1; every mutant at every tile is
 checked in process against the same reach draws (test_every_generated_mutant_differs_on_a_reach_draw).
-The run selects the reach tests (REACH_TESTS; pytest's -k also matches parent folder names, so a checkout
-whose path holds one of the words runs every test: slower, same verdict) and leaves out the errors layer: a
-mutant wraps the reference's validation unchanged, so it cannot change what is rejected.
+The run selects the reach tests (REACH_TESTS; pytest's -k also matches the checkout's folder name, so a
+checkout named after one of the words runs every test: slower, same verdict) and leaves out the errors
+layer: a mutant wraps the reference's validation unchanged, so it cannot change what is rejected.
 That no other test can catch a reach-only mutant is checked without a run: such a mutant acts only past a
 tile T >= its dimension's small_max, and on every ordinary column's draws it returns numpy's result bit for
 bit (test_reach_only_mutants_are_invisible_to_ordinary_draws; test_dimensions.py checks that ordinary
