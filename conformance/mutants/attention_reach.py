@@ -42,7 +42,7 @@ def _has_options(kw) -> bool:
         or kw.get("num_shards", 1) != 1
 
 
-@mutant(op="ragged_paged_attention", clause="PA-10", only_caught_by="long_page", max_size=12,
+@mutant(op="ragged_paged_attention", clause="PA-10", only_caught_by="long_page|reach_page_size", max_size=12,
         description="token j's page and slot taken as j >> log2(page_size) and j & (page_size - 1): right only "
                     "for power-of-two page sizes (a page size of 544, 528 or 12 reads the wrong slots)")
 class PageSizeByShift(Mutant):
@@ -69,7 +69,8 @@ class PageSizeByShift(Mutant):
                            gather)
 
 
-@mutant(op="ragged_paged_attention_csr", clause="MD-23", only_caught_by="long_pages", max_size=12,
+@mutant(op="ragged_paged_attention_csr", clause="MD-23", max_size=12,
+        only_caught_by="long_pages|reach_pages_per_seq|reach_keys",
         description="walks at most 64 entries of a sequence's CSR page list (one tile of page ids): keys on "
                     "pages past the 64th are never seen")
 class CsrPageWalkCapped64(Mutant):
@@ -94,7 +95,7 @@ class CsrPageWalkCapped64(Mutant):
                            kw.get("sm_scale"), gather)
 
 
-@mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="long_head_dim", max_size=12,
+@mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="long_head_dim|reach_head_dim", max_size=12,
         description="head dim walked in chunks of 64 with floor(D / 64) chunks: the partial last chunk of "
                     "D = 80, 96, 112 is dropped from the logits and never written to the output")
 class HeadDimChunkFloor(Mutant):
@@ -114,7 +115,7 @@ class HeadDimChunkFloor(Mutant):
         return filled(result, [(Ellipsis, slice(cut, None))], 0)
 
 
-@mutant(op="ragged_paged_attention", clause="PA-12", only_caught_by="long_heads", max_size=140,
+@mutant(op="ragged_paged_attention", clause="PA-12", only_caught_by="long_heads|reach_q_heads", max_size=140,
         description="one 16-row query tile per KV head: in a GQA group of more than 16 query heads (32: "
                     "GQA 32, DeepSeek's 128 over 4) the heads past the 16th get no output")
 class GroupBeyondOneTile(Mutant):
@@ -131,7 +132,7 @@ class GroupBeyondOneTile(Mutant):
         return filled(result, [(slice(None), lost)], 0)
 
 
-@mutant(op="ragged_paged_attention", clause="PA-4", only_caught_by="long_batch", max_size=600,
+@mutant(op="ragged_paged_attention", clause="PA-4", only_caught_by="long_batch|reach_sequences", max_size=600,
         description="a program finds its sequence by a binary search over cu_q_lens unrolled for 7 steps "
                     "(128 sequences): in a decode batch of 256 rows, sequences past the 128th are never "
                     "computed")

@@ -115,7 +115,7 @@ class WriteKvInt8ThroughInt32(Mutant):
         return type(result)(*pools)
 
 
-@mutant(op="write_kv", clause="PA-40", only_caught_by="long", max_size=600,
+@mutant(op="write_kv", clause="PA-40", only_caught_by="long|reach_page_size", max_size=600,
         description="slot s stored at page s >> log2(page_size), offset s & (page_size - 1): right only for "
                     "power-of-two page sizes")
 class WriteKvPageByShift(Mutant):

@@ -81,7 +81,7 @@ def _narrowed(dtype: str, features: tuple = ()):
     return capabilities
 
 
-@mutant(op="mla_paged_attention", clause="ML-3", only_caught_by="long_latent", max_size=12,
+@mutant(op="mla_paged_attention", clause="ML-3", only_caught_by="long_latent|reach_latent_dim", max_size=12,
         description="the latent part of the logits summed over one 256-wide tile of d_c: with DeepSeek's "
                     "d_c = 512 the latent dims past 256 never reach the logits")
 class LatentLogitsOneTile(Mutant):
@@ -98,7 +98,7 @@ class LatentLogitsOneTile(Mutant):
         return reference.mla_paged_attention(q_nope, *args, **kw)
 
 
-@mutant(op="mla_paged_attention", clause="ML-2", only_caught_by="long_heads", max_size=140,
+@mutant(op="mla_paged_attention", clause="ML-2", only_caught_by="long_heads|reach_q_heads", max_size=140,
         description="query heads in one block of 64: with more heads (DeepSeek-V3's 128) the heads past the "
                     "64th get no output")
 class HeadsPastOneBlock(Mutant):
