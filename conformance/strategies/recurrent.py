@@ -48,6 +48,7 @@ from .. import strided, tolerance
 from ..case import Case, PoisonRegion
 from ..diagnosis import rows_dropped, widened, without
 from . import constraints
+from . import recurrent_crossed as crossed
 from . import recurrent_reach as reach
 from .values import floats, pick, sampled_from, seeds
 
@@ -95,7 +96,8 @@ def column_runs(op: str, variant: Variant) -> list[tuple[dict, float]]:
     """(strategy keywords, budget) of each loop a differential test of `variant` runs: one per tier of a
     long column (recurrent_reach.LONG_TIERS), one for the others."""
     if variant.long:
-        return [(dict(tier=t), LONG_BUDGET if t == "edges" else reach.TIER_BUDGET) for t in reach.LONG_TIERS[op]]
+        return [(dict(tier=t), LONG_BUDGET if t == "edges" else reach.TIER_BUDGET) for t in reach.LONG_TIERS[op]] \
+            + crossed.runs(op, RANGE_REGIMES.get(op, ()), reach.TIER_BUDGET)
     return [({}, reach.RANGE_BUDGET if variant.range else 1.0)]
 
 
@@ -159,15 +161,21 @@ def conventions(claims: OpClaims) -> dict:
     return {"padding_outputs": "unspecified"} if claims.limits.get("padding_outputs") == "unspecified" else {}
 
 
-def _slots(draw, rows: int, variant: Variant, claims: OpClaims | None = None) -> tuple[np.ndarray | None, int]:
+def _slots(draw, rows: int, variant: Variant, claims: OpClaims | None = None, *, tier: str = ""
+           ) -> tuple[np.ndarray | None, int]:
     """state_indices (None in the base column: row b uses slot b, RS-2) and num_slots.
 
     Indices are a random injection into the pool (shuffled and shifted, RS-2/RS-7); the padding column
     puts at least one -1 among them (RS-3). Spare slots stay unaddressed, holding canaries (RS-4). Given
-    `claims` (the `rows` tiers: a decode batch of hundreds of rows), explicit indices where claimed."""
+    `claims` (the `rows` and `slots` tiers), explicit indices where claimed; the `slots` tier addresses a
+    pool of recurrent_reach.FAR_SLOTS slots at ids past 2^16 (and one small id)."""
     indexed = "state_indices" in variant.features or (claims is not None and "state_indices" in claims.features)
     if not indexed:
         return None, rows + draw(st.integers(0, 1))
+    if tier == "slots":
+        num_slots = reach.FAR_SLOTS
+        far = [num_slots - 1, 2 ** 16, 5][:rows] + [2 ** 16 + 1 + i for i in range(max(0, rows - 3))]
+        return np.asarray(draw(st.permutations(far)), dtype=np.int32), num_slots
     pads = draw(st.integers(1, rows)) if "padding_slots" in variant.features else 0
     num_slots = rows - pads + draw(st.integers(1, 2))
     live = list(draw(st.permutations(range(num_slots))))[:rows - pads]
@@ -186,7 +194,11 @@ def _pool(rng, shape, pool_dtype, idx, rows, fresh=None) -> tuple[np.ndarray, li
     pool = floats(rng, shape, pool_dtype)
     regions = []
     used = {int(s) for s in _live_rows(idx, rows) if s >= 0}
-    for slot in range(shape[0]):
+    if shape[0] > reach.SMALL_POOL:      # the slots tier: one region of canary rows, drawn at once
+        canary = (rng.random(shape[0]) < 0.5) & ~np.isin(np.arange(shape[0]), list(used))
+        regions.append(PoisonRegion("unaddressed_rows", "state_pool", (np.flatnonzero(canary),), "RS-4",
+                                    "pool rows no row of the call addresses"))
+    for slot in range(shape[0] if shape[0] <= reach.SMALL_POOL else 0):
         if slot not in used and rng.random() < 0.5:
             regions.append(PoisonRegion("unaddressed_rows", "state_pool", (slot,), "RS-4",
                                         "pool rows no row of the call addresses"))
@@ -337,8 +349,9 @@ def conv_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_rows = constraints.upper(claims, "max_num_seqs", 3)
     min_width = max(1, int(claims.limits.get("min_width", 1)))
-    if tier == "rows":
-        rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
+    if tier in ("rows", "slots"):      # slots: a few rows at slot ids past 2^16 (a window of >= 1 column)
+        rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS) if tier == "rows" else \
+            draw(st.integers(1, max_rows))
         channels = reach.dim(draw, claims, "channels", 1, 2)
         width = reach.dim(draw, claims, "width", max(min_width, 2), 4)
     elif tier == "channels":
@@ -355,7 +368,7 @@ def conv_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         width = reach.dim(draw, claims, "width", min_width, 4)
     multi = "multi_token" in variant.features or (variant.reach and "multi_token" in claims.features)
     steps = (2 if variant.range else draw(st.integers(1, 3))) if multi else None
-    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
+    idx, num_slots = _slots(draw, rows, variant, claims if tier in ("rows", "slots") else None, tier=tier)
     kw = {}
     use_bias = "bias" in claims.features and draw(st.booleans())
     if "silu" in claims.features and draw(sampled_from((True, False)) if variant.range else st.booleans()):
@@ -413,6 +426,15 @@ def _ssm_range_values(rng, regime: str, dt_shape, a_shape, act: str, softplus: b
     return dt, A
 
 
+def _defining_dt(regime: str, act: str, softplus: bool) -> float:
+    """The raw dt that defines a dt regime of _ssm_range_values (its first option)."""
+    if regime == "softplus_linear":
+        return reach.dt_linear(act)[0]
+    if regime == "softplus_negative":
+        return reach.RANGE_DT_NEGATIVE[0] if softplus else 2.0 ** -30
+    return reach.RANGE_DT_THRESHOLD[0]
+
+
 @st.composite
 def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     """A `selective_state_update` call (RS-14 … RS-16): Mamba1, or Mamba2 in the mamba2 column (and in
@@ -436,7 +458,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         n = reach.dim(draw, claims, "state_size", reach.RANGE_DIM, reach.RANGE_DIM)
     else:
         n = reach.dim(draw, claims, "state_size", 1, 3 if not tier else 2)
-    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
+    idx, num_slots = _slots(draw, rows, variant, claims if tier in ("rows", "slots") else None, tier=tier)
     regime = draw(sampled_from(SSM_RANGE_REGIMES)) if variant.range else ""
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
@@ -485,7 +507,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
 
 @st.composite
 def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4,
-              chunk_size: int | None = None, tier: str = ""):
+              chunk_size: int | None = None, tier: str = "", regime: str = ""):
     """An `ssd_chunked_scan` call (RS-17 … RS-19): varlen with empty sequences, chunk sizes 1 … 64. Long
     tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a short
     leader, hints 16 … 256, decays near 1), `state` (N past 128); range: SSM_RANGE_REGIMES over one
@@ -493,8 +515,13 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")
-    regime = ""
-    if tier == "edges":
+    if tier == "crossed":   # a range regime over several chunks, dims not powers of two (recurrent_crossed)
+        lengths, cu = crossed.lengths(draw, claims)
+        chunk = crossed.hint(draw, chunk_size)
+        groups = 1
+        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else reach.RANGE_HEADS
+        p, n = crossed.odd_dim(draw, claims, "head_dim"), crossed.odd_dim(draw, claims, "state_size")
+    elif tier == "edges":
         # The hint first, so that the first length may be a multiple of it ("T == chunk_size").
         chunk = chunk_size or draw(sampled_from(LONG_CHUNK_SIZES))
         # The first sequence crosses at least one 8-token chunk end; shrinks towards 9 tokens.
@@ -521,7 +548,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         p = reach.dim(draw, claims, "head_dim", 1, 2)
     elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
         lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
-        regime = draw(sampled_from(SSM_RANGE_REGIMES))
+        regime = regime or draw(sampled_from(SSM_RANGE_REGIMES))
         groups = 1
         heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else reach.RANGE_HEADS
         p = reach.dim(draw, claims, "head_dim", reach.RANGE_DIM, reach.RANGE_DIM)
@@ -534,7 +561,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         n = reach.dim(draw, claims, "state_size", 1, 3)
         chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     seqs, tokens = len(lengths), int(cu[-1])
-    idx, num_slots = _slots(draw, seqs, variant)
+    idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
     has_initial = _fresh(draw, seqs, variant)
     snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
     seed = draw(seeds)
@@ -542,6 +569,8 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims, softplus_first=variant.range)
     if regime:
         dt, A = _ssm_range_values(rng, regime, (tokens, heads), (heads,), act, kw["dt_softplus"])
+        if tier == "crossed" and regime not in ("decays", "grown"):   # its dt in every chunk past the first
+            dt = crossed.spread(rng, dt, cu, _defining_dt(regime, act, kw["dt_softplus"]))
     elif tier == "tokens":
         # decays near 1 (|dt' A| <= 2.6 * 2^-8 per token): the state grows over hundreds of tokens
         dt = _positive(rng, (tokens, heads), act, min_exp=-4, max_exp=0)
@@ -549,9 +578,10 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     else:
         dt = _positive(rng, (tokens, heads), act, max_exp=0)
         A = -_positive(rng, (heads,), act, max_exp=0)
-    arrays = dict(x=floats(rng, (tokens, heads, p), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1),
-                  dt=dt,
-                  B=floats(rng, (tokens, groups, n), act), C=floats(rng, (tokens, groups, n), act))
+    small = reach.tokens_exponent(act) if tier in ("tokens", "crossed") else 1   # float16 outputs stay finite
+    arrays = dict(x=floats(rng, (tokens, heads, p), act, max_exp=small), dt=dt,
+                  B=floats(rng, (tokens, groups, n), act, max_exp=small if tier == "crossed" else 1),
+                  C=floats(rng, (tokens, groups, n), act))
     if "z" in kw:
         arrays["z"] = kw.pop("z")
     state, regions = _pool(rng, (num_slots, heads, p, n), pool_dtype, idx, seqs,
@@ -573,17 +603,24 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
                   num_heads=heads, num_groups=groups, head_dim=p, state_size=n, chunk_size=chunk,
                   num_slots=num_slots, num_snapshots=snaps, variant=variant.name,
                   **_ssm_params(dict(kw, z=arrays.get("z"))), **conventions(claims))
-    if tier or regime:
-        params["tier" if tier else "regime"] = tier or regime
+    params.update({k: v for k, v in (("tier", tier), ("regime", regime)) if v})
     return Case("ssd_chunked_scan", inputs, params, seed, poison=_named(regions, "state"))
 
 
 #: value regimes of the RWKV6 range column (the first is the simplest draw)
 RWKV_RANGE_REGIMES = ("strong_decays", "weak_decays", "reset_and_keep")
+#: each op's range regimes, which the long column's `crossed` tier draws over several chunks too
+#: (recurrent_crossed.py; the gated delta rule's are added by recurrent_gated_delta.py)
+#: the decay multiplier that defines each RWKV6 regime (its first option)
+_DEFINING_DECAY = {"strong_decays": float(np.exp(reach.RANGE_LOG_DECAYS[0])), "weak_decays": float(np.exp(-1e-6)),
+                   "reset_and_keep": 0.0}
+RANGE_REGIMES = {"selective_state_update": SSM_RANGE_REGIMES, "ssd_chunked_scan": SSM_RANGE_REGIMES,
+                 "rwkv6_wkv": RWKV_RANGE_REGIMES}
 
 
 @st.composite
-def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4, tier: str = ""):
+def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4, tier: str = "",
+               regime: str = ""):
     """A `rwkv6_wkv` call (RS-20): varlen with empty sequences, w in (0, 1). Long tiers: `edges` (the
     default of a long column), `tokens` (hundreds to thousands of tokens after a short leader, decays near
     1), `heads` (K, V of real RWKV-6 heads, 64, and past it); range: RWKV_RANGE_REGIMES (log decays
@@ -591,8 +628,10 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")
-    regime = draw(sampled_from(RWKV_RANGE_REGIMES)) if variant.range else ""
-    if tier == "edges":
+    regime = regime or (draw(sampled_from(RWKV_RANGE_REGIMES)) if variant.range else "")
+    if tier == "crossed":   # a range regime over several windows, dims not powers of two (recurrent_crossed)
+        lengths, cu = crossed.lengths(draw, claims)
+    elif tier == "edges":
         # A third of the first sequences cross the 64-token window; shrinks towards 9 tokens.
         lengths, cu = _lengths(draw, min(max_seqs, 2), RWKV_LONG_MAX,
                                st.one_of(st.sampled_from(RWKV_LONG_EDGES), st.integers(65, RWKV_LONG_MAX),
@@ -608,13 +647,15 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     seqs, tokens = len(lengths), int(cu[-1])
     if "num_heads" in claims.limits:
         heads = _heads_over(draw, claims, 1)
-    elif tier in ("heads", "tokens") or variant.range:
+    elif tier in ("heads", "tokens", "crossed") or variant.range:
         heads = 1
     else:
         heads = draw(st.integers(1, 2))
     if variant.range:
         dk = reach.dim(draw, claims, "key_dim", reach.RANGE_DIM, reach.RANGE_DIM)
         dv = reach.dim(draw, claims, "value_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+    elif tier == "crossed":
+        dk, dv = crossed.odd_dim(draw, claims, "key_dim"), crossed.odd_dim(draw, claims, "value_dim")
     elif tier == "heads":
         dk = reach.reach_dim(draw, claims, "key_dim", reach.RWKV_HEAD_DIMS)
         dv = reach.reach_dim(draw, claims, "value_dim", reach.RWKV_HEAD_DIMS)
@@ -623,7 +664,7 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         dk, dv = reach.dim(draw, claims, "key_dim", 1, small), reach.dim(draw, claims, "value_dim", 1, small)
     if claims.limits.get("equal_key_value_dims") is True:
         dv = dk
-    idx, num_slots = _slots(draw, seqs, variant)
+    idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
     has_initial = _fresh(draw, seqs, variant)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
@@ -639,8 +680,11 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         w = reach.choice(rng, (tokens, heads, dk), (0.0, 1.0, 0.5), act)
     else:
         w = _positive(rng, (tokens, heads, dk), act, min_exp=-3, max_exp=-1)
+    if tier == "crossed":       # the regime's defining decay in every window past the first
+        w = crossed.spread(rng, w, cu, _DEFINING_DECAY[regime])
     arrays = dict(r=floats(rng, (tokens, heads, dk), act),
-                  k=floats(rng, (tokens, heads, dk), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1),
+                  k=floats(rng, (tokens, heads, dk), act,
+                           max_exp=reach.tokens_exponent(act) if tier in ("tokens", "crossed") else 1),
                   v=floats(rng, (tokens, heads, dv), act), w=w)
     regions = _padding_tokens(arrays, cu, idx, ("r", "k", "v", "w"))
     kw = {}
@@ -655,8 +699,7 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
                   num_heads=heads, key_dim=dk, value_dim=dv, num_slots=num_slots, variant=variant.name,
                   **conventions(claims))
-    if tier or regime:
-        params["tier" if tier else "regime"] = tier or regime
+    params.update({k: v for k, v in (("tier", tier), ("regime", regime)) if v})
     return Case("rwkv6_wkv", inputs, params, seed, poison=_named(regions, "state"))
 
 

@@ -37,6 +37,7 @@ from .. import tolerance
 from ..case import Case, PoisonRegion
 from . import constraints
 from . import recurrent as rs
+from . import recurrent_crossed as crossed
 from . import recurrent_reach as reach
 from .values import floats, sampled_from, seeds
 
@@ -76,9 +77,12 @@ def _heads(draw, claims: OpClaims, tier: str = "") -> tuple[int, int]:
 
 
 def _dims(draw, claims: OpClaims, tier: str) -> tuple[int, int]:
-    """(K, V): 1 … 3 (1 … 2 in the long tiers); real head dims (LINEAR_HEAD_DIMS) in the `heads` tier;
-    V = K under the equal_key_value_dims convention (RS-40)."""
-    if tier == "heads":
+    """(K, V): 1 … 3 (1 … 2 in the long tiers); real head dims (LINEAR_HEAD_DIMS) in the `heads` tier,
+    dims that are not powers of two in the `crossed` tier; V = K under the equal_key_value_dims
+    convention (RS-40)."""
+    if tier == "crossed":
+        dk, dv = crossed.odd_dim(draw, claims, "key_dim"), crossed.odd_dim(draw, claims, "value_dim")
+    elif tier == "heads":
         dk = reach.reach_dim(draw, claims, "key_dim", reach.LINEAR_HEAD_DIMS)
         dv = reach.reach_dim(draw, claims, "value_dim", reach.LINEAR_HEAD_DIMS)
     elif tier == "range":
@@ -108,7 +112,7 @@ def _token_arrays(rng, rows: int, heads: int, qk: int, dk: int, dv: int, act: st
         norms = np.sqrt((k.astype(np.float64) ** 2).sum(-1, keepdims=True))
         scale = 0.99 / norms if regime == "gates" else 0.99 / np.maximum(1.0, norms)   # gates: |k| = 0.99
         k = (k.astype(np.float64) * scale).astype(k.dtype)
-    v = floats(rng, (rows, heads, dv), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1)
+    v = floats(rng, (rows, heads, dv), act, max_exp=reach.tokens_exponent(act) if tier in ("tokens", "crossed") else 1)
     g = -rs._positive(rng, (rows, heads), act, max_exp=0)
     beta = rs._positive(rng, (rows, heads), act, min_exp=-4, max_exp=-1)
     if tier in ("tokens", "heads"):
@@ -128,18 +132,21 @@ def _state_exponents(act: str, regime: str) -> dict:
     return dict(min_exp=lo, max_exp=hi) if regime == "grown" else {}
 
 
-def _regime(draw, claims: OpClaims, variant: rs.Variant, regimes: tuple[str, ...]) -> str:
-    """The value regime of a range case: float16_norm only where float16 and qk_l2norm are claimed."""
-    if not variant.range:
-        return ""
+def _regime(draw, claims: OpClaims, variant: rs.Variant, regimes: tuple[str, ...], given: str = "") -> str:
+    """The value regime of a range case (or `given`, the crossed tier's): float16_norm only where float16
+    and qk_l2norm are claimed (elsewhere a crossed float16_norm run draws the first regime instead)."""
     usable = tuple(r for r in regimes if r != "float16_norm"
                    or ("qk_l2norm" in claims.features and "float16" in claims.dtypes))
+    if given:
+        return given if given in usable else usable[0]
+    if not variant.range:
+        return ""
     return draw(sampled_from(usable))
 
 
 def _pool_regions(pool: np.ndarray, idx, rows: int, fresh=None) -> list[PoisonRegion]:
-    used = {int(s) for s in rs._live_rows(idx, rows) if s >= 0}
-    spare = [s for s in range(pool.shape[0]) if s not in used]
+    used = [int(s) for s in rs._live_rows(idx, rows) if s >= 0]
+    spare = np.flatnonzero(~np.isin(np.arange(pool.shape[0]), used))
     regions = [PoisonRegion("unaddressed_rows", "state", (np.asarray(spare, dtype=np.int64),), clause="RS-4",
                             what="pool rows no entry addresses (returned bit for bit)")]
     if fresh is not None:
@@ -179,7 +186,7 @@ def gdn_update_cases(draw, claims: OpClaims, variant: rs.Variant, *, tier: str =
         rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if tier else 3)))
     heads, qk = _heads(draw, claims, "range" if variant.range else tier)
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
-    idx, num_slots = rs._slots(draw, rows, variant, claims if tier == "rows" else None)
+    idx, num_slots = rs._slots(draw, rows, variant, claims if tier in ("rows", "slots") else None, tier=tier)
     regime = _regime(draw, claims, variant, UPDATE_RANGE_REGIMES)
     kw = _options(draw, variant, regime)
     seed = draw(seeds)
@@ -201,7 +208,7 @@ def gdn_update_cases(draw, claims: OpClaims, variant: rs.Variant, *, tier: str =
 
 @st.composite
 def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: int = 3, max_len: int = 4,
-                      chunk_size: int | None = None, tier: str = ""):
+                      chunk_size: int | None = None, tier: str = "", regime: str = ""):
     """A `gated_delta_rule_chunked` call (RS-32, RS-33): varlen with empty sequences, chunk hints 1 … 64.
     Long tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a
     short leader, hints 16 … 256), `heads` (K, V of 64 … 256); range: CHUNKED_RANGE_REGIMES over one
@@ -209,7 +216,10 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
     act, pool_dtype = rs._dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")
-    if tier == "edges":
+    if tier == "crossed":   # a range regime over several chunks, dims not powers of two (recurrent_crossed)
+        lengths, cu = crossed.lengths(draw, claims)
+        chunk = crossed.hint(draw, chunk_size)
+    elif tier == "edges":
         chunk = chunk_size or draw(sampled_from(rs.LONG_CHUNK_SIZES))
         multiples = tuple(chunk * i for i in range(1, rs.SSD_LONG_MAX // chunk + 1) if chunk * i >= 8)
         edges = rs.SSD_LONG_EDGES + tuple(m for m in multiples if m not in rs.SSD_LONG_EDGES)
@@ -228,15 +238,18 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
         lengths, cu = rs._lengths(draw, max_seqs, max_len, claims=claims)
         chunk = chunk_size or draw(sampled_from(rs.CHUNK_SIZES))
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
-    heads, qk = _heads(draw, claims, "range" if variant.range else tier)
+    heads, qk = _heads(draw, claims, "range" if variant.range or tier == "crossed" else tier)
     seqs, tokens = len(lengths), int(cu[-1])
-    idx, num_slots = rs._slots(draw, seqs, variant)
+    idx, num_slots = rs._slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
     has_initial = rs._fresh(draw, seqs, variant)
-    regime = _regime(draw, claims, variant, CHUNKED_RANGE_REGIMES)
+    regime = _regime(draw, claims, variant, CHUNKED_RANGE_REGIMES, regime)
     kw = _options(draw, variant, regime)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     arrays = _token_arrays(rng, tokens, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False), regime, tier)
+    if tier == "crossed" and regime == "gates":     # a gate of exactly 0 and a beta of 1 in every chunk
+        arrays["g"] = crossed.spread(rng, arrays["g"], cu, reach.RANGE_GATES[0])
+        arrays["beta"] = crossed.spread(rng, arrays["beta"], cu, reach.RANGE_BETAS[0])
     state = floats(rng, (num_slots, heads, dk, dv), pool_dtype, **_state_exponents(act, regime))
     poison = _pool_regions(state, idx, seqs, None if has_initial is None else ~has_initial)
     if idx is not None:
@@ -251,8 +264,7 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
                   num_heads=heads, num_qk_heads=qk, key_dim=dk, value_dim=dv, chunk_size=chunk,
                   num_slots=num_slots, variant=variant.name, **rs.conventions(claims))
-    if tier or regime:
-        params["tier" if tier else "regime"] = tier or regime
+    params.update({k: v for k, v in (("tier", tier), ("regime", regime)) if v})
     return Case("gated_delta_rule_chunked", inputs, params, seed, poison=tuple(poison))
 
 
@@ -330,3 +342,5 @@ CHECKS = {"gated_delta_rule_update": gdn_update_checks, "gated_delta_rule_chunke
 rs.VARIANTS.update(VARIANTS)
 rs.STRATEGIES.update(STRATEGIES)
 rs.CHECKS.update(CHECKS)
+rs.RANGE_REGIMES.update({"gated_delta_rule_update": UPDATE_RANGE_REGIMES,
+                         "gated_delta_rule_chunked": CHUNKED_RANGE_REGIMES})

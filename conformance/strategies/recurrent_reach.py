@@ -38,16 +38,22 @@ from .values import floats, sampled_from
 
 # --- sizes (the `long` column) --------------------------------------------------------------------------
 
-#: tiers of each op's long column, in the order they run
+#: tiers of each op's long column, in the order they run (the chunked ops' `crossed` tier, one loop per
+#: value regime, follows them: recurrent_crossed.py)
 LONG_TIERS = {
-    "causal_conv1d_update": ("rows", "channels"),
-    "selective_state_update": ("state", "rows"),
-    "ssd_chunked_scan": ("edges", "tokens", "state"),
-    "rwkv6_wkv": ("edges", "tokens", "heads"),
-    "gated_delta_rule_update": ("heads", "rows"),
-    "gated_delta_rule_chunked": ("edges", "tokens", "heads"),
+    "causal_conv1d_update": ("rows", "channels", "slots"),
+    "selective_state_update": ("state", "rows", "slots"),
+    "ssd_chunked_scan": ("edges", "tokens", "state", "slots"),
+    "rwkv6_wkv": ("edges", "tokens", "heads", "slots"),
+    "gated_delta_rule_update": ("heads", "rows", "slots"),
+    "gated_delta_rule_chunked": ("edges", "tokens", "heads", "slots"),
     "recurrent_store_step": ("rows", "state"),
 }
+#: the `slots` tier's pool: slot ids past 2^16 (a 16-bit index column wraps them; state_indices are int32,
+#: RS-2), on rows of a few elements, so the pool stays small (65540 rows)
+FAR_SLOTS = 2 ** 16 + 4
+#: pools larger than this declare their canary rows as one poison region (strategies/recurrent.py _pool)
+SMALL_POOL = 4096
 #: share of the profile's examples for one threshold tier: 1 in ci and quick, 10 in thorough
 TIER_BUDGET = 0.04
 
@@ -63,6 +69,10 @@ LONG_TOKENS = {"ssd_chunked_scan": (300, 129, 1000, 2049), "rwkv6_wkv": (129, 30
                "gated_delta_rule_chunked": (129, 300, 1000, 2049)}
 LONG_HINTS = (256, 128, 192, 129, 64, 16)   # a second 128-row block inside a chunk only above 128
 LEADERS = (5, 1, 3, 7)                 # a short first sequence: the long one starts mid-chunk
+#: the `crossed` tier (recurrent_crossed.py): a range regime over 150 tokens (two 64-token chunks and a
+#: tail; 97 and 200 in thorough) after a short leader
+CROSSED_TOKENS = (150, 97, 200)
+CROSSED_LEADERS = (5, 3)
 LINEAR_HEAD_DIMS = (128, 64, 256, 192)  # GDN: fla's 64-key state blocks, K <= 256; Qwen3-Next 128
 RWKV_HEAD_DIMS = (64, 128, 65)         # RWKV-6 head size 64; past 64 a second value block
 #: log decays / log gates of the long `tokens` tier: decays near 1, so the state grows with the sequence
@@ -192,7 +202,9 @@ def smallest_size(op: str, params: dict) -> int:
         return 4 * DECODE_ROWS[0] + 8                      # rows + rows * (up to 3 tokens), store: + slots
     if tier == "tokens":
         return LONG_TOKENS[op][0] + max(LEADERS) + 2
-    if tier in ("channels", "state", "heads"):
+    if tier == "crossed":
+        return CROSSED_TOKENS[0] + max(CROSSED_LEADERS) + 2
+    if tier in ("channels", "state", "heads", "slots"):
         return 48                                          # <= 40 tokens, <= 2 rows of <= 3 tokens
     if params.get("regime"):
         return 4 * max(RANGE_ROWS, RANGE_TOKENS) + 4 if op != "recurrent_store_step" else 24
