@@ -103,7 +103,7 @@ def column_runs(op: str, variant: Variant) -> list[tuple[dict, float]]:
 
 _INDEXED = ("RS-2", "RS-4", "RS-7")
 _PADDED = ("RS-3", "RS-4", "RS-36")
-_REACH = ("RS-41", "RS-42", "NU-R5")
+_REACH = ("RS-2", "RS-41", "RS-42", "NU-R5")
 _RANGE = ("RS-43", "NU-R5")
 CONV_VARIANTS = (
     Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-10", "RS-11", "RS-12")),
@@ -127,7 +127,7 @@ SSD_VARIANTS = (
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
     Variant("snapshots", ("snapshots",), ("RS-19",)),
-    Variant("long", (), ("RS-17", "RS-18") + _REACH, reach="long"),
+    Variant("long", (), ("RS-17", "RS-18", "RS-44") + _REACH, reach="long"),
     Variant("range", (), ("RS-9", "RS-14", "RS-18") + _RANGE, reach="range"),
 )
 RWKV_VARIANTS = (
@@ -135,7 +135,7 @@ RWKV_VARIANTS = (
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
-    Variant("long", (), ("RS-17", "RS-20") + _REACH, reach="long"),
+    Variant("long", (), ("RS-17", "RS-20", "RS-44") + _REACH, reach="long"),
     Variant("range", (), ("RS-20",) + _RANGE, reach="range"),
 )
 VARIANTS = {"causal_conv1d_update": CONV_VARIANTS, "selective_state_update": SSU_VARIANTS,

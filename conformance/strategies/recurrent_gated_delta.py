@@ -58,7 +58,7 @@ GDN_CHUNKED_VARIANTS = (
     rs.Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED + ("RS-32",)),
     rs.Variant("initial_states", ("initial_states",), ("RS-5", "RS-32")),
     rs.Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
-    rs.Variant("long", (), ("RS-17", "RS-32", "RS-33") + rs._REACH, reach="long"),
+    rs.Variant("long", (), ("RS-17", "RS-32", "RS-33", "RS-44") + rs._REACH, reach="long"),
     rs.Variant("range", (), ("RS-32", "RS-33", "RS-35") + rs._RANGE, reach="range"),
 )
 TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
