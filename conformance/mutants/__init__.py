@@ -26,6 +26,7 @@ class MutantInfo:
     only_caught_by: str = ""   # if set: the op's tests whose id lacks it must all pass (e.g. "long"; "a|b": either)
     diagnosis: str = ""        # if set: text some failure of the op must show (its diagnosis or message)
     replay_from: str = ""      # if set: replay the reproducer of the failing test whose id contains it
+    generated: str = ""        # if set: made by that generator module (thresholds.py), checked by its own meta-test
 
 
 _REGISTRY: dict[str, MutantInfo] = {}
@@ -39,17 +40,18 @@ class Mutant(NumpyBackend):
 
 
 def mutant(*, op: str, clause: str, description: str, max_size: int = 8, only_caught_by: str = "",
-           diagnosis: str = "", replay_from: str = ""):
+           diagnosis: str = "", replay_from: str = "", generated: str = ""):
     def register(cls):
         spec = f"{cls.__module__}:{cls.__name__}"
         _REGISTRY[spec] = MutantInfo(spec, op, clause, description, max_size, only_caught_by, diagnosis,
-                                     replay_from)
+                                     replay_from, generated)
         cls.mutant_info = _REGISTRY[spec]
         return cls
     return register
 
 
-def all_mutants() -> list[MutantInfo]:
+def all_mutants(*, generated: bool = False) -> list[MutantInfo]:
+    """The hand-written mutants; with generated=True the generated ones (mutants/thresholds.py) alone."""
     for info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{info.name}")
-    return sorted(_REGISTRY.values(), key=lambda m: m.spec)
+    return sorted((m for m in _REGISTRY.values() if bool(m.generated) == generated), key=lambda m: m.spec)
