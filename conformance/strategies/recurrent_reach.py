@@ -74,7 +74,7 @@ LEADERS = (5, 1, 3, 7)                 # a short first sequence: the long one st
 CROSSED_TOKENS = (150, 97, 200)
 CROSSED_LEADERS = (5, 3)
 LINEAR_HEAD_DIMS = (128, 64, 256, 192)  # GDN: fla's 64-key state blocks, K <= 256; Qwen3-Next 128
-RWKV_HEAD_DIMS = (64, 128, 65)         # RWKV-6 head size 64; past 64 a second value block
+RWKV_HEAD_DIMS = (64, 63, 48)          # RWKV-6 head size 64 (dimensions/recurrent.py), and tails short of it
 #: log decays / log gates of the long `tokens` tier: decays near 1, so the state grows with the sequence
 NEAR_ONE_EXP = (-14, -8)
 

@@ -50,8 +50,13 @@ RWKV_HEADS = (64, "RWKV-6 World 7B (BlinkDL/rwkv-6-world): n_embd 4096 / head_si
 RWKV_HEAD_SIZE = (64, "RWKV-6 (BlinkDL/rwkv-6-world): head_size_a = 64; ggml's CUDA wkv6 takes 64 only")
 GDN_HEADS = (32, "config.json of Qwen3-Next-80B-A3B: linear_num_value_heads = 32 (Kimi-Linear: num_heads 32)")
 GDN_QK_HEADS = (16, "config.json of Qwen3-Next-80B-A3B: linear_num_key_heads = 16")
-GDN_KEY_DIM = (128, "config.json of Qwen3-Next-80B-A3B: linear_key_head_dim = 128")
-GDN_VALUE_DIM = (128, "config.json of Qwen3-Next-80B-A3B: linear_value_head_dim = 128")
+#: key / value dims: Qwen3-Next uses 128; fla's GatedDeltaNet layer defaults to head_dim 256, the most its
+#: chunked kernel takes (vLLM's copy fla/ops/chunk_delta_h.py asserts K <= 256)
+GDN_KEY_DIM = (256, "fla-org/flash-linear-attention fla/layers/gated_deltanet.py: head_dim = 256 (default); "
+                    "vLLM fla/ops/chunk_delta_h.py asserts K <= 256; config.json of Qwen3-Next-80B-A3B: "
+                    "linear_key_head_dim = 128")
+GDN_VALUE_DIM = (256, "fla-org/flash-linear-attention fla/layers/gated_deltanet.py: head_dim = 256 (default); "
+                      "config.json of Qwen3-Next-80B-A3B: linear_value_head_dim = 128")
 #: draft tokens per decode row (speculative decoding): vLLM's conv state holds W-1+num_spec columns
 SPEC_TOKENS = (16, "vLLM speculative decoding (mamba_utils.py: conv state width W-1+num_spec): draft "
                    "lengths stay within one 16-token tile")
@@ -149,12 +154,13 @@ def _gdn_dims(rows: tuple[Dimension, ...]) -> tuple[Dimension, ...]:
 GDN_UPDATE = _gdn_dims((_rows(("q[0]", "k[0]", "v[0]", "g[0]", "beta[0]", "state_indices[0]"), ("out[0]",)),
                         _slots(("state[0]",))))
 GDN_CHUNKED = _gdn_dims(_packed(("q[0]", "k[0]", "v[0]", "g[0]", "beta[0]"), "state")) + (
-    Dimension("chunk", ("chunk_size",), 64, "fla-org/flash-linear-attention@bc3b101d fla/ops/gated_delta_rule "
-              "chunk.py: chunks of 64 tokens (BT = 64)", small_max=64, no_mutant=_HINT),
+    Dimension("chunk", ("chunk_size",), *CHUNK, small_max=64, no_mutant=_HINT + " (fla's chunked kernel "
+              "uses 64-token chunks whatever it is given)"),
 )
 
 STORE = (
-    Dimension("sequences", ("seq_slot[0]", "seq_pos[0]", "seq_ids[0]", "max(seq_ids)"), *src.SEQUENCES,
+    Dimension("sequences", ("seq_slot[0]", "seq_pos[0]", "seq_ids[0]", "num_tokens[0]", "max(seq_ids)"),
+              *src.SEQUENCES,
               small_max=6, cheap=True, no_mutant="sequence ids index the metadata, moved whole: the slots "
                                                  "mutants cover the rows they address"),
     Dimension("slots", ("conv_pool[0]", "ssm_pool[0]", "max(seq_slot)"), *SLOTS, small_max=4, cheap=True,
