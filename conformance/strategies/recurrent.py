@@ -313,6 +313,17 @@ def _lead_and_long(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndarr
     return lengths, cu
 
 
+def _many_sequences(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndarray]:
+    """The `sequences` tier: as many sequences as a step holds (the registry's `sequences`, 1023 first),
+    one token each (claims may narrow the count, max_num_seqs)."""
+    # cu_seqlens holds count + 1 entries, which the registry's real maximum bounds too
+    counts = reach.registry_reach(op, "sequences", reach.KERNEL_BUDGET)
+    count = reach.reach_dim(draw, claims, "max_num_seqs", tuple(c for c in counts if c < max(counts)))
+    lengths = [1] * count
+    cu = np.arange(count + 1, dtype=np.int32)
+    return lengths, cu
+
+
 def _fresh(draw, seqs: int, variant: Variant):
     if "initial_states" not in variant.features:
         return None
@@ -444,6 +455,8 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     mamba2 = "mamba2" in variant.features or (
         variant.features and "mamba2" in claims.features and draw(st.booleans())) or (
         variant.reach and "mamba2" in claims.features and draw(st.booleans()))
+    if tier == "mamba1_channels" or (tier in ("num_heads", "head_dim") and "mamba2" in claims.features):
+        mamba2 = tier != "mamba1_channels"     # the dimension tiers: Mamba1's channels, Mamba2's H and P
     max_rows = constraints.upper(claims, "max_num_seqs", 3)
     fixed = variant.range                      # range cases: fixed small shapes (recurrent_reach.RANGE_*)
     if tier == "rows":
@@ -465,15 +478,23 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     if mamba2:
         if tier or fixed:
             groups = 1
-            heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else (
-                reach.RANGE_HEADS if fixed else 1 if tier == "rows" else draw(st.integers(1, 2)))
+            if tier == "num_heads":
+                heads = reach.tier_dim(draw, claims, "num_heads", "selective_state_update", "heads")
+            else:
+                heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else (
+                    reach.RANGE_HEADS if fixed else 1 if tier == "rows" else draw(st.integers(1, 2)))
         else:
             heads, groups = _heads_groups(draw, claims)
-        p = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2)))
+        p = reach.tier_dim(draw, claims, "head_dim", "selective_state_update", "head_dim") if tier == "head_dim" \
+            else reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2)))
         state_shape, tok, hs, bc = (num_slots, heads, p, n), (rows, heads, p), (heads,), (rows, groups, n)
         dt_shape = (rows, heads)
     else:
-        dim = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2 if tier else 4)))
+        if tier in ("mamba1_channels", "head_dim"):
+            dim = reach.tier_dim(draw, claims, "head_dim", "selective_state_update",
+                                 "channels" if tier == "mamba1_channels" else "head_dim")
+        else:
+            dim = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2 if tier else 4)))
         heads, groups, p = 1, 1, dim
         state_shape, tok, hs, bc = (num_slots, dim, n), (rows, dim), (dim,), (rows, n)
         dt_shape = (rows, dim)
@@ -534,18 +555,25 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         heads = _heads_over(draw, claims, groups) if "num_heads" in claims.limits \
             else groups * draw(sampled_from((1, 2)))
         p, n = reach.dim(draw, claims, "head_dim", 1, 2), reach.dim(draw, claims, "state_size", 1, 2)
-    elif tier in ("tokens", "state"):
+    elif tier in ("tokens", "state", "sequences", "num_heads", "head_dim"):
         if tier == "tokens":
             lengths, cu = _lead_and_long(draw, claims, "ssd_chunked_scan")
             chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
-            n = reach.dim(draw, claims, "state_size", 1, 2)
+        elif tier == "sequences":
+            lengths, cu = _many_sequences(draw, claims, "ssd_chunked_scan")
+            chunk = chunk_size or draw(sampled_from((16, 8, 64)))
         else:
             lengths, cu = _lengths(draw, 1, 20, st.integers(9, 20), claims)
             chunk = chunk_size or draw(sampled_from((16, 8, 64)))
-            n = reach.reach_dim(draw, claims, "state_size", reach.STATE_SIZES)
+        n = reach.reach_dim(draw, claims, "state_size", reach.STATE_SIZES) if tier == "state" \
+            else reach.dim(draw, claims, "state_size", 1, 2)
         groups = 1
-        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else 1
-        p = reach.dim(draw, claims, "head_dim", 1, 2)
+        if tier == "num_heads":
+            heads = reach.tier_dim(draw, claims, "num_heads", "ssd_chunked_scan", "heads")
+        else:
+            heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else 1
+        p = reach.tier_dim(draw, claims, "head_dim", "ssd_chunked_scan", "head_dim") if tier == "head_dim" \
+            else reach.dim(draw, claims, "head_dim", 1, 2)
     elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
         lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
         regime = regime or draw(sampled_from(SSM_RANGE_REGIMES))
@@ -638,16 +666,20 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
                                          st.integers(0, RWKV_LONG_MAX)), claims)
     elif tier == "tokens":
         lengths, cu = _lead_and_long(draw, claims, "rwkv6_wkv")
-    elif tier == "heads":
+    elif tier == "sequences":
+        lengths, cu = _many_sequences(draw, claims, "rwkv6_wkv")
+    elif tier in ("heads", "num_heads"):
         lengths, cu = _lengths(draw, 1, 20, st.integers(1, 20), claims)
     elif variant.range:     # fixed small shapes (recurrent_reach.RANGE_*)
         lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
     else:
         lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
     seqs, tokens = len(lengths), int(cu[-1])
-    if "num_heads" in claims.limits:
+    if tier == "num_heads":
+        heads = reach.tier_dim(draw, claims, "num_heads", "rwkv6_wkv", "heads")
+    elif "num_heads" in claims.limits:
         heads = _heads_over(draw, claims, 1)
-    elif tier in ("heads", "tokens", "crossed") or variant.range:
+    elif tier in ("heads", "tokens", "crossed", "sequences") or variant.range:
         heads = 1
     else:
         heads = draw(st.integers(1, 2))

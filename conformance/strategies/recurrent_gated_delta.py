@@ -64,10 +64,15 @@ GDN_CHUNKED_VARIANTS = (
 TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
 
 
-def _heads(draw, claims: OpClaims, tier: str = "") -> tuple[int, int]:
+def _heads(draw, claims: OpClaims, tier: str = "", op: str = "") -> tuple[int, int]:
     """(H, Hk): shrinks towards H = 2, Hk = 1 (shared q/k head); H = 4, Hk = 2 tells h // 2 from h % 2.
-    Within claimed num_qk_heads / num_heads limits (RS-41). The `rows` and `tokens` tiers: one head (their
-    cost grows with heads on an interpreter, and heads are not their threshold)."""
+    Within claimed num_qk_heads / num_heads limits (RS-41). The `rows`, `tokens` and `sequences` tiers:
+    one head (their cost grows with heads on an interpreter, and heads are not their threshold); the
+    `num_heads` tier: the registry's heads of `op` over one q/k head."""
+    if tier == "num_heads":
+        return reach.tier_dim(draw, claims, "num_heads", op, "heads"), 1
+    if tier == "sequences":
+        tier = "rows"
     if tier in ("rows", "tokens", "range") and not {"num_heads", "num_qk_heads"} & set(claims.limits):
         return (reach.RANGE_HEADS, 1) if tier == "range" else (1, 1)   # range: fixed shapes, h // 2 shared
     qk = draw(sampled_from(constraints.allowed(claims, "num_qk_heads", (1, 2), "num_qk_heads")))
@@ -184,7 +189,7 @@ def gdn_update_cases(draw, claims: OpClaims, variant: rs.Variant, *, tier: str =
         rows = min(reach.RANGE_ROWS, constraints.upper(claims, "max_num_seqs", reach.RANGE_ROWS))
     else:
         rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if tier else 3)))
-    heads, qk = _heads(draw, claims, "range" if variant.range else tier)
+    heads, qk = _heads(draw, claims, "range" if variant.range else tier, "gated_delta_rule_update")
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
     idx, num_slots = rs._slots(draw, rows, variant, claims if tier in ("rows", "slots") else None, tier=tier)
     regime = _regime(draw, claims, variant, UPDATE_RANGE_REGIMES)
@@ -228,7 +233,10 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
     elif tier == "tokens":
         lengths, cu = rs._lead_and_long(draw, claims, "gated_delta_rule_chunked")
         chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
-    elif tier == "heads":
+    elif tier == "sequences":
+        lengths, cu = rs._many_sequences(draw, claims, "gated_delta_rule_chunked")
+        chunk = chunk_size or draw(sampled_from((16, 64)))
+    elif tier in ("heads", "num_heads"):
         lengths, cu = rs._lengths(draw, 1, 40, st.integers(9, 40), claims)
         chunk = chunk_size or draw(sampled_from((16, 64)))
     elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
@@ -238,7 +246,8 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: rs.Variant, *, max_seqs: 
         lengths, cu = rs._lengths(draw, max_seqs, max_len, claims=claims)
         chunk = chunk_size or draw(sampled_from(rs.CHUNK_SIZES))
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
-    heads, qk = _heads(draw, claims, "range" if variant.range or tier == "crossed" else tier)
+    heads, qk = _heads(draw, claims, "range" if variant.range or tier == "crossed" else tier,
+                       "gated_delta_rule_chunked")
     seqs, tokens = len(lengths), int(cu[-1])
     idx, num_slots = rs._slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
     has_initial = rs._fresh(draw, seqs, variant)

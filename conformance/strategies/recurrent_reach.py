@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from kvconform.backends.base import OpClaims
 
 from . import constraints
+from .dimensions import dimensions
 from .values import floats, sampled_from
 
 # --- sizes (the `long` column) --------------------------------------------------------------------------
@@ -42,12 +43,12 @@ from .values import floats, sampled_from
 #: value regime, follows them: recurrent_crossed.py)
 LONG_TIERS = {
     "causal_conv1d_update": ("rows", "channels", "slots"),
-    "selective_state_update": ("state", "rows", "slots"),
-    "ssd_chunked_scan": ("edges", "tokens", "state", "slots"),
-    "rwkv6_wkv": ("edges", "tokens", "heads", "slots"),
-    "gated_delta_rule_update": ("heads", "rows", "slots"),
-    "gated_delta_rule_chunked": ("edges", "tokens", "heads", "slots"),
-    "recurrent_store_step": ("rows", "state"),
+    "selective_state_update": ("state", "rows", "slots", "mamba1_channels", "num_heads", "head_dim"),
+    "ssd_chunked_scan": ("edges", "tokens", "state", "slots", "sequences", "num_heads", "head_dim"),
+    "rwkv6_wkv": ("edges", "tokens", "heads", "slots", "sequences", "num_heads"),
+    "gated_delta_rule_update": ("heads", "rows", "slots", "num_heads"),
+    "gated_delta_rule_chunked": ("edges", "tokens", "heads", "slots", "sequences", "num_heads"),
+    "recurrent_store_step": ("rows", "state", "slots"),
 }
 #: the `slots` tier's pool: slot ids past 2^16 (a 16-bit index column wraps them; state_indices are int32,
 #: RS-2), on rows of a few elements, so the pool stays small (65540 rows)
@@ -57,7 +58,34 @@ SMALL_POOL = 4096
 #: share of the profile's examples for one threshold tier: 1 in ci and quick, 10 in thorough
 TIER_BUDGET = 0.04
 
-DECODE_ROWS = (128, 256, 257, 300)     # decode batches: vLLM's CUDA-graph sizes up to 512, max_num_seqs 256
+def registry_reach(op: str, name: str, budget: int = 1 << 20) -> tuple[int, ...]:
+    """The sizes the registry's dimension `name` of `op` is drawn at in `long` (model.reach_values: each
+    power-of-two tile from 16 up to its real maximum and a tail past the last one), the tail first (past
+    every tile, a partial last tile: the extreme ci draws), then the tiles from the largest down."""
+    dim = next(d for d in dimensions(op) if d.name == name)
+    values = dim.reach_values(budget)
+    return (values[-1],) + tuple(sorted(values[:-1], reverse=True))
+
+
+#: the largest size a non-cheap kernel dimension is drawn at in `long` (model.reach_values' budget): past
+#: every tile of TILES with a partial last tile, cheap on an interpreter
+KERNEL_BUDGET = 1024
+
+
+def tier_dim(draw, claims: OpClaims, claim: str, op: str, name: str) -> int:
+    """The size of a dimension tier (the registry's dimension `name` of `op`, each other dim small): its
+    registry_reach values within the claimed limit `claim` (reach_dim: the first is the simplest draw)."""
+    return reach_dim(draw, claims, claim, registry_reach(op, name, KERNEL_BUDGET))
+
+
+#: real head dims of linear attention (the `heads` tier): the registry's key / value dims, tail first:
+#: GDN 255, 256, 128, ... (fla's 64-key state blocks, K <= 256); RWKV-6 63, 64, 32, 16 (head size 64)
+LINEAR_HEAD_DIMS = registry_reach("gated_delta_rule_chunked", "key_dim", KERNEL_BUDGET)
+RWKV_HEAD_DIMS = registry_reach("rwkv6_wkv", "key_dim", KERNEL_BUDGET)
+#: decode batches: each tile up to vLLM's max_num_seqs 1024 (the registry's `rows`), 1023 first
+DECODE_ROWS = registry_reach("causal_conv1d_update", "rows")
+#: the store's assignment batches of the `rows` tier: hundreds of sequences (its metadata moves whole)
+STORE_ROWS = (300, 257, 128, 256)
 CONV_CHANNELS = (257, 300, 512)        # vLLM causal_conv1d_update tiles channels by BLOCK_N = 256
 CONV_WIDTHS = (4, 2, 3, 5, 6)          # Mamba d_conv 4; vLLM's conv kernels take widths 2 … 6
 STATE_SIZES = (160, 129, 256)          # past 128: mamba_ssm's SSU launch, ggml CUDA's d_state 256 path
@@ -65,16 +93,14 @@ SSM_HEAD_DIMS = (1, 2, 64)             # Mamba-2 headdim 64
 #: a long sequence: SSD's closed form is cheap on an interpreter, so its simplest draw is several hundred
 #: tokens; the recurrences stepped token by token (RWKV6, and the gated delta rule's 64-row substitutions)
 #: start at 129, one token into a second 128-row block of a 256-token chunk, and reach thousands in thorough
-LONG_TOKENS = {"ssd_chunked_scan": (300, 129, 1000, 2049), "rwkv6_wkv": (129, 300, 1000, 2049),
-               "gated_delta_rule_chunked": (129, 300, 1000, 2049)}
+LONG_TOKENS = {"ssd_chunked_scan": (300, 129, 1000, 2049), "rwkv6_wkv": (300, 129, 1000, 2049),
+               "gated_delta_rule_chunked": (300, 129, 1000, 2049)}
 LONG_HINTS = (256, 128, 192, 129, 64, 16)   # a second 128-row block inside a chunk only above 128
 LEADERS = (5, 1, 3, 7)                 # a short first sequence: the long one starts mid-chunk
 #: the `crossed` tier (recurrent_crossed.py): a range regime over 150 tokens (two 64-token chunks and a
 #: tail; 97 and 200 in thorough) after a short leader
 CROSSED_TOKENS = (150, 97, 200)
 CROSSED_LEADERS = (5, 3)
-LINEAR_HEAD_DIMS = (128, 64, 256, 192)  # GDN: fla's 64-key state blocks, K <= 256; Qwen3-Next 128
-RWKV_HEAD_DIMS = (64, 63, 48)          # RWKV-6 head size 64 (dimensions/recurrent.py), and tails short of it
 #: log decays / log gates of the long `tokens` tier: decays near 1, so the state grows with the sequence
 NEAR_ONE_EXP = (-14, -8)
 
@@ -204,8 +230,10 @@ def smallest_size(op: str, params: dict) -> int:
         return LONG_TOKENS[op][0] + max(LEADERS) + 2
     if tier == "crossed":
         return CROSSED_TOKENS[0] + max(CROSSED_LEADERS) + 2
-    if tier in ("channels", "state", "heads", "slots"):
-        return 48                                          # <= 40 tokens, <= 2 rows of <= 3 tokens
+    if tier in ("channels", "state", "heads", "slots", "mamba1_channels", "num_heads", "head_dim"):
+        return 48
+    if tier == "sequences":
+        return 2 * DECODE_ROWS[0] + 2                      # sequences of one token each                                          # <= 40 tokens, <= 2 rows of <= 3 tokens
     if params.get("regime"):
         return 4 * max(RANGE_ROWS, RANGE_TOKENS) + 4 if op != "recurrent_store_step" else 24
     return 0
