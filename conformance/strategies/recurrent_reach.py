@@ -82,8 +82,11 @@ def tier_dim(draw, claims: OpClaims, claim: str, op: str, name: str) -> int:
 #: GDN 255, 256, 128, ... (fla's 64-key state blocks, K <= 256); RWKV-6 63, 64, 32, 16 (head size 64)
 LINEAR_HEAD_DIMS = registry_reach("gated_delta_rule_chunked", "key_dim", KERNEL_BUDGET)
 RWKV_HEAD_DIMS = registry_reach("rwkv6_wkv", "key_dim", KERNEL_BUDGET)
-#: decode batches: each tile up to vLLM's max_num_seqs 1024 (the registry's `rows`), 1023 first
-DECODE_ROWS = registry_reach("causal_conv1d_update", "rows")
+#: decode rows of the `rows` tier: each tile of the registry's `rows` up to ROWS_BUDGET, 300 first (past
+#: every tile of TILES, a partial last tile); thorough also draws vLLM's max_num_seqs 1024 and 1023. Not
+#: drawn at real scale in ci: an interpreter runs one program per row (1023 Triton rows take minutes)
+ROWS_BUDGET = 300
+DECODE_ROWS = registry_reach("causal_conv1d_update", "rows", ROWS_BUDGET) + (1023, 1024)
 #: the store's assignment batches of the `rows` tier: hundreds of sequences (its metadata moves whole)
 STORE_ROWS = (300, 257, 128, 256)
 CONV_CHANNELS = (257, 300, 512)        # vLLM causal_conv1d_update tiles channels by BLOCK_N = 256

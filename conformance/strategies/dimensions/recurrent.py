@@ -66,7 +66,8 @@ _BELOW = "its real range passes no tile of TILES (16 is the smallest)"
 
 
 def _rows(axes: tuple[str, ...], out: tuple[str, ...]) -> Dimension:
-    return Dimension("rows", axes, *ROWS, small_max=3, cheap=True, unwritten=out, why_kind=_GRID)
+    # not `cheap`: an interpreter runs one program per decode row (strategies/recurrent_reach.py ROWS_BUDGET)
+    return Dimension("rows", axes, *ROWS, small_max=3, unwritten=out, why_kind=_GRID)
 
 
 def _slots(pools: tuple[str, ...], ids: str = "state_indices") -> Dimension:
