@@ -23,7 +23,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from kvconform.conformance.timing import PHASES
+from kvconform.conformance.engine.timing import PHASES
 
 
 def load(path: Path) -> list[dict]:

@@ -8,12 +8,13 @@ Sub-packages:
                          backends that wrap torch kernels (torch is imported only when a function needs it)
 
 `from kvconform import reference` works without importing torch, jax or triton.
+The package root is the facade: it may import every layer (lazily); the layers read the versions from
+`kvconform.version`, never from here.
 `kvconform.Unsupported`: what a backend raises for a case outside its kernel (backends/base.py).
 """
 import importlib
 
-__version__ = "0.1.0"
-SPEC_VERSION = "0.1"
+from kvconform.version import SPEC_VERSION, __version__
 
 __all__ = ["reference", "backends", "conformance", "adapters", "Unsupported", "__version__", "SPEC_VERSION"]
 

@@ -5,7 +5,8 @@ machine. Each op method is the reference function, so signatures match by constr
 """
 from __future__ import annotations
 
-from kvconform import __version__, reference
+from kvconform import reference
+from kvconform.version import __version__
 from kvconform.backends.base import FEATURES, LAYOUTS, OPS, Availability, Backend, OpClaims
 from kvconform.reference import dtypes
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance import models
+from kvconform.conformance.strategies import models
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import recurrent as rs
 from kvconform.conformance.strategies.constraints import case_space

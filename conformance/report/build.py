@@ -22,21 +22,16 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from kvconform import SPEC_VERSION, __version__
+from kvconform.version import SPEC_VERSION, __version__
 
-from .. import expectations as expectations_mod
-from .. import gate as gate_mod
-from .. import outdir
-from ..backend_text import visible
+from kvconform.conformance.run import expectations as expectations_mod
+from kvconform.conformance.run import gate as gate_mod
+from kvconform.conformance.run import outdir
+from kvconform.conformance.engine.backend_text import visible
+from kvconform.conformance.engine.loading import backend_problem
+from kvconform.conformance.engine.records import (LAYERS, LISTED, counts_text, split_counts)
 
 SCHEMA = "kvconform.report/1"
-STATUS_ORDER = ("fail", "crash", "flaky", "error", "xpass", "xfail", "pass", "unclaimed-pass", "unsupported",
-                "not run", "skip")
-#: statuses that fail a run (`not run`, a test skipped after --max-crashes crashes in a row of its op, is not
-#: one: the crashes before it are)
-FAILED = ("fail", "crash", "flaky", "error")
-#: statuses every report lists under its failures (an xpass: an expectations entry to remove)
-LISTED = FAILED + ("xpass",)
 
 
 class ReportError(ValueError):
@@ -153,42 +148,12 @@ def _json_number(value: float):
 def layers(records: list[dict]) -> list[dict]:
     """Status counts per (backend, test layer), layers in the order of harness.LAYERS: e.g. how a backend
     fares on malformed input ("errors") apart from its numerics."""
-    from ..harness import LAYERS
     cells: dict = defaultdict(Counter)
     for r in records:
         cells[(r.get("backend", "?"), r.get("layer") or "?")][r["status"]] += 1
     order = {layer: i for i, layer in enumerate(LAYERS)}
     return [{"backend": b, "layer": layer, "counts": dict(c)}
             for (b, layer), c in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99), kv[0][1]))]
-
-
-#: layers that compare numbers (or exact results) with the spec; "errors" checks rejections of malformed input
-NUMERICAL_LAYERS = ("golden", "differential", "property", "stateful")
-
-
-def layer_group(record: dict) -> str:
-    return "errors" if record.get("layer") == "errors" else "numerical"
-
-
-def split_counts(records: list[dict]) -> dict:
-    """{backend: {"numerical": {status: n}, "errors": {status: n}}}: counts that do not flatter (a run of
-    rejection tests is never reported as numerical conformance)."""
-    out: dict = defaultdict(lambda: {"numerical": Counter(), "errors": Counter()})
-    for r in records:
-        out[r.get("backend", "?")][layer_group(r)][r["status"]] += 1
-    return {b: {g: dict(c) for g, c in groups.items()} for b, groups in sorted(out.items())}
-
-
-def counts_text(counts: dict) -> str:
-    return ", ".join(f"{counts[s]} {s}" for s in STATUS_ORDER if counts.get(s)) or "none"
-
-
-def cell_status(counts: dict) -> str:
-    """Worst status of a cell (fail > crash > error > xpass > xfail > pass > unsupported)."""
-    for status in STATUS_ORDER:
-        if counts.get(status):
-            return status
-    return "skip"
 
 
 def summary_lines(report: dict) -> list[str]:
@@ -296,7 +261,7 @@ def merge(reports: list[dict], names: list[str] | None = None) -> dict:
     carried: list[dict] = []
     for rep, name in zip(reports, names):
         for label, desc in rep.get("backends", {}).items():
-            if label not in backends or not gate_mod.backend_problem(backends[label]):
+            if label not in backends or not backend_problem(backends[label]):
                 backends[label] = desc   # a backend that could not be checked in one part stays so
         for e in rep.get("expectations", {}).get("entries", []):
             entries[(e["test"], e["backend"], e["source"])] = e

@@ -17,9 +17,9 @@ from __future__ import annotations
 import html
 import math
 
-from ..backend_text import visible
+from kvconform.conformance.engine.backend_text import visible
 from . import overview
-from .build import FAILED, STATUS_ORDER, cell_status
+from kvconform.conformance.engine.records import FAILED, STATUS_ORDER, cell_status, split_counts
 
 COLOR = {"pass": "#2e7d32", "fail": "#c62828", "crash": "#6a1b9a", "flaky": "#ad1457", "error": "#c62828",
          "xfail": "#f9a825",
@@ -252,7 +252,6 @@ def _failures(report: dict) -> str:
 def _totals(report: dict) -> str:
     """Per backend, numerical tests and the errors layer apart; a failure count links to the backend's
     first failure."""
-    from .build import split_counts
     first: dict = {}
     for i, r in enumerate(overview.failures(report), 1):
         first.setdefault(r.get("backend", "?"), i)

@@ -16,7 +16,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-from ..backend_text import visible
+from kvconform.conformance.engine.backend_text import visible
 
 OUTCOME = {"fail": "failure", "crash": "failure", "flaky": "failure", "error": "error",
            "unsupported": "skipped", "skip": "skipped", "xfail": "skipped", "not run": "skipped"}

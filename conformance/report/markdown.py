@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import html
 
-from ..backend_text import visible
+from kvconform.conformance.engine.backend_text import visible
 from . import overview
-from .build import FAILED, STATUS_ORDER
+from kvconform.conformance.engine.records import FAILED, STATUS_ORDER, split_counts
 
 ICON = overview.ICON
 
@@ -51,7 +51,6 @@ def render(report: dict) -> str:
     if report.get("partial"):
         lines += [f"**PARTIAL RUN:** {_esc(report['partial'])}", ""]
     bad = overview.failures(report)
-    from .build import split_counts
     lines += ["| backend | numerical tests | errors layer (rejection tests) |", "|---|---|---|"]
     for backend, groups in (report.get("counts") or split_counts(report.get("results", []))).items():
         anchor = "failures" if bad else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
-from .build import LISTED, STATUS_ORDER, cell_status
+from kvconform.conformance.engine.records import LISTED, STATUS_ORDER, cell_status
 
 #: statuses whose error / allowed was measured against a tolerance
 MEASURED = ("pass", "fail", "xfail", "xpass", "unclaimed-pass", "flaky")

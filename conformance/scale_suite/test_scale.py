@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import pytest
 
-from kvconform.conformance import scale
+from kvconform.conformance.strategies import scale
 from kvconform.conformance.harness import conformance_test
 
 

@@ -30,8 +30,8 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 from kvconform.reference.eviction import EvictionConfig
 
-from .. import strided, tolerance
-from ..case import Case
+from kvconform.conformance.engine import strided, tolerance
+from kvconform.conformance.engine.case import Case
 from .values import floats, pick, sampled_from, seeds
 
 SCORE_DTYPES = ("float64", "float32", "bfloat16", "float16")

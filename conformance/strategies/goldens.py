@@ -16,8 +16,8 @@ import numpy as np
 
 from kvconform.reference import dtypes
 
-from ..case import Case
-from ..goldens import Golden
+from kvconform.conformance.engine.case import Case
+from kvconform.conformance.strategies.golden_cases import Golden
 
 #: the real sizes attention goldens are restated at: head dim 128 with pages of 16 tokens (Llama-3, Qwen3,
 #: Mistral; vLLM's default block size), and for MLA DeepSeek-V2/V3's kv_lora_rank 512 and qk_rope_head_dim 64

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from kvconform import reference
 from kvconform.backends.base import FEATURES, OpClaims
 
-from .. import strided, tolerance
-from ..case import Case, PoisonRegion
+from kvconform.conformance.engine import strided, tolerance
+from kvconform.conformance.engine.case import Case, PoisonRegion
 from .values import pick, sampled_from, seeds
 
 I32 = np.int32

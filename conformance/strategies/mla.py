@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from kvconform.backends.base import LIMITS, OpClaims
 
-from .. import strided
-from ..case import Case, PoisonRegion
-from ..diagnosis import widened, without
+from kvconform.conformance.engine import strided
+from kvconform.conformance.engine.case import Case, PoisonRegion
+from .variations import widened, without
 from . import goldens
 from . import paged_attention as pa
 from .paged_attention import Variant

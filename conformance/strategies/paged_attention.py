@@ -22,9 +22,9 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 from kvconform.reference.kv_layouts import canonical_kv, to_layout
 
-from .. import strided, tolerance
-from ..case import Case, PoisonRegion
-from ..diagnosis import narrowed, rows_dropped, widened, without
+from kvconform.conformance.engine import strided, tolerance
+from kvconform.conformance.engine.case import Case, PoisonRegion
+from .variations import narrowed, rows_dropped, widened, without
 from . import attention_reach as ar
 from . import constraints
 from . import goldens

@@ -14,8 +14,8 @@ import numpy as np
 
 from kvconform.reference import dtypes
 
-from .. import tolerance
-from ..case import Case
+from kvconform.conformance.engine import tolerance
+from kvconform.conformance.engine.case import Case
 from . import paged_attention as pa
 from .rotation import pair_dims
 

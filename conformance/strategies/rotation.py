@@ -28,9 +28,9 @@ from kvconform.backends.base import OpClaims
 from kvconform.reference import dtypes
 from kvconform.reference.rotation import inverse_frequencies
 
-from .. import strided, tolerance
-from ..case import Case, PoisonRegion
-from ..diagnosis import widened
+from kvconform.conformance.engine import strided, tolerance
+from kvconform.conformance.engine.case import Case, PoisonRegion
+from .variations import widened
 from . import constraints
 from .values import floats, pick, sampled_from, seeds
 

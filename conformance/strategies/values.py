@@ -52,15 +52,6 @@ def floats(rng: np.random.Generator, shape, name: str, *, min_exp: int = -4, max
     return bits.astype(view).view(dtypes.resolve_dtype(name))
 
 
-def poison_value(name: str):
-    """NaN in the dtype where it has one; for int8 (no NaN) the most negative value, which a kernel
-    that reads it would turn into a visibly wrong result."""
-    dt = dtypes.resolve_dtype(name)
-    if dt == np.int8:
-        return np.int8(-128)
-    return np.array(np.nan, dtype=np.float32).astype(dt)
-
-
 def quantization_ties(rng: np.random.Generator, like: np.ndarray, storage: str, scale) -> np.ndarray:
     """Values of `like`'s dtype (scale: a scalar or an array broadcastable to it) whose quotient by
     `scale` lies within 1 float32 ulp of a rounding tie of `storage` (float8 or int8), 30% of them exactly

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from kvconform import reference
-from kvconform.conformance import tolerance
-from kvconform.conformance.case import Case
+from kvconform.conformance.engine import tolerance
+from kvconform.conformance.engine.case import Case
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import constraints
 from kvconform.conformance.strategies import eviction as ev

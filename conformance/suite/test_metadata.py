@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvconform import reference
-from kvconform.conformance import goldens
-from kvconform.conformance.case import Case
-from kvconform.conformance.goldens import Golden
+from kvconform.conformance.harness import goldens
+from kvconform.conformance.engine.case import Case
+from kvconform.conformance.harness.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import metadata as md

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import strategies as st
 
 from kvconform import reference
-from kvconform.conformance.case import Case
-from kvconform.conformance.goldens import Golden, suite_test
+from kvconform.conformance.engine.case import Case
+from kvconform.conformance.harness.goldens import Golden, suite_test
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import mla

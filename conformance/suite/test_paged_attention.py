@@ -17,8 +17,8 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvconform.conformance.case import Case
-from kvconform.conformance.goldens import Golden, suite_test
+from kvconform.conformance.engine.case import Case
+from kvconform.conformance.harness.goldens import Golden, suite_test
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import constraints

@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from kvconform.conformance import goldens
-from kvconform.conformance.case import Case
-from kvconform.conformance.goldens import Golden
+from kvconform.conformance.harness import goldens
+from kvconform.conformance.engine.case import Case
+from kvconform.conformance.harness.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import recurrent as rs
-from kvconform.conformance.strategies import recurrent_gated_delta as gdn
+from kvconform.conformance.strategies.recurrent.common import _live_rows
+from kvconform.conformance.strategies.recurrent import gated_delta as gdn
 from kvconform.conformance.strategies.malformed import recurrent_gated_delta as gdn_bad
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.recurrent import GatedDeltaScan, GatedDeltaUpdate
@@ -224,7 +225,7 @@ def _token_by_token(kvc, case: Case) -> GatedDeltaScan:
     one-row pool holding the sequence's state (a fresh sequence starts from a zero row, RS-5)."""
     x = case.inputs
     pool, cu = x["state"], np.asarray(x["cu_seqlens"])
-    slots = rs._live_rows(x.get("state_indices"), cu.shape[0] - 1)
+    slots = _live_rows(x.get("state_indices"), cu.shape[0] - 1)
     flags = x.get("has_initial_state")
     out = np.zeros(np.shape(x["v"]))
     new_pool = pool.copy()

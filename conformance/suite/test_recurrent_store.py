@@ -18,13 +18,13 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvconform.conformance import goldens
-from kvconform.conformance.goldens import Golden
+from kvconform.conformance.harness import goldens
+from kvconform.conformance.harness.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import recurrent as rs
-from kvconform.conformance.strategies import recurrent_reach as reach
-from kvconform.conformance.strategies import recurrent_store as rstore
+from kvconform.conformance.strategies.recurrent import reach
+from kvconform.conformance.strategies.recurrent import store as rstore
 from kvconform.conformance.strategies.malformed import recurrent_store as rstore_bad
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.recurrent import StoreStep

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from kvconform.conformance import goldens
-from kvconform.conformance.case import Case
-from kvconform.conformance.goldens import Golden
+from kvconform.conformance.harness import goldens
+from kvconform.conformance.engine.case import Case
+from kvconform.conformance.harness.goldens import Golden
 from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import rotation as ro

@@ -19,7 +19,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvconform.backends.base import OPS
-from kvconform.conformance import strided
+from kvconform.conformance.engine import strided
 from kvconform.conformance.harness import conformance_test
 
 #: share of the profile's examples (ci: 1, quick: 1, thorough: 10): each new shape costs a JIT backend a compile

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvconform import reference as ref
-from kvconform.conformance.case import Case
+from kvconform.conformance.engine.case import Case
 from kvconform.conformance.harness import compare_outputs
 
 

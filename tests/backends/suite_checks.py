@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 
 from kvconform import reference
-from kvconform.conformance.case import Case
+from kvconform.conformance.engine.case import Case
 from kvconform.conformance.harness import compare_outputs
 
 

@@ -44,7 +44,7 @@ def test_adapter_loads_and_claims_only_registered_names(name):
 def test_ragged_adapter_claims_empty_sequences_as_the_kernel_contract_allows():
     """The kernel's own check allows q_len 0 and kv_len 0 (dynamic_validate_inputs, kernel.py:206-212): the
     adapter does not narrow around the kernel's bug there, which is an expected failure instead (issue 31)."""
-    from kvconform.conformance import expectations
+    from kvconform.conformance.run import expectations
     limits = backends.load("jax-ragged-paged-attention").describe()["capabilities"]["ragged_paged_attention"]["limits"]
     assert "q_len" not in limits and "kv_len" not in limits, limits
     entries = [e for e in expectations.load([EXPECTATIONS]) if e.backend == "jax-ragged-paged-attention"]
@@ -97,7 +97,7 @@ def test_decode_kernel_bugs_found_in_one_run_with_diagnosis(tmp_path):
 
 def test_expectation_globs_match_bracketed_test_ids():
     """Test ids carry parameters in brackets; an expectations glob names them literally (no char class)."""
-    from kvconform.conformance import expectations
+    from kvconform.conformance.run import expectations
     entry = expectations.Expectation("test_attention_poison[jax-paged-attention-*]", "r", "jax-paged-attention")
     assert entry.matches("suite/test_paged_attention.py::test_attention_poison[jax-paged-attention-base]",
                          "jax-paged-attention")

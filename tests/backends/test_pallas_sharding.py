@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("jax")
 from kvconform import reference  # noqa: E402
-from kvconform.conformance.worker import Worker  # noqa: E402
+from kvconform.conformance.engine.worker import Worker  # noqa: E402
 from suite_checks import assert_conforms  # noqa: E402
 
 

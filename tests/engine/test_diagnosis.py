@@ -13,9 +13,9 @@ import numpy as np
 import ml_dtypes
 
 from kvconform import reference
-from kvconform.conformance.case import Case
-from kvconform.conformance.diagnosis import diagnose
-from kvconform.conformance.worker import BackendCrash, BackendDeclined, BackendError
+from kvconform.conformance.engine.case import Case
+from kvconform.conformance.harness.diagnosis import diagnose
+from kvconform.conformance.engine.call_errors import BackendCrash, BackendDeclined, BackendError
 
 
 class _Worker:
@@ -136,7 +136,7 @@ def test_raising_on_every_call_is_not_call_history_nor_any_variation_passing():
 def test_a_crash_in_every_poison_variation_is_not_blamed_on_several_regions_together():
     def always_crashes(op, inputs):
         raise BackendCrash("ragged_paged_attention: worker process died (killed by signal SIGABRT)")
-    from kvconform.conformance.case import PoisonRegion
+    from kvconform.conformance.engine.case import PoisonRegion
     case = _attention_case(pad_rows=1)
     case.poison = (PoisonRegion("q_padding", "q", (slice(2, None),), "PA-25", "padding rows of q"),
                    PoisonRegion("v_tail", "v_pages", (0, slice(1, None)), "PA-24", "V tail"))

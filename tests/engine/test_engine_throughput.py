@@ -11,7 +11,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from kvconform.conformance.timing import PHASES
+from kvconform.conformance.engine.timing import PHASES
 
 ROOT = Path(__file__).resolve().parents[2]
 

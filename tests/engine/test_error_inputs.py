@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvconform.conformance import coverage
-from kvconform.conformance.case import Case, load, save
-from kvconform.conformance.rejection import Rejection, judge, names_argument
+from kvconform.conformance.report import coverage
+from kvconform.conformance.engine.case import Case, load, save
+from kvconform.conformance.engine.rejection import Rejection, judge, names_argument
 
 
 #: A few write_kv rules of both families (ValueError: duplicate_slot, scale_missing; TypeError: k_not_float)

@@ -16,7 +16,7 @@ import pytest
 
 from kvconform.backends.base import claims_problems, description_problems
 from kvconform.conformance import cli as cli_module
-from kvconform.conformance import expectations, gate
+from kvconform.conformance.run import expectations, gate
 from kvconform.conformance.report import build
 
 HERE = Path(__file__).resolve().parent
@@ -180,7 +180,7 @@ def test_check_backend_says_what_it_could_not_check(cli):
 def test_check_backend_findings_are_lines(factory, code, words):
     """A backend returning None or a plain 3-tuple, and availability() raising, gave tracebacks in
     check-backend."""
-    from kvconform.conformance.backend_check import check_backend
+    from kvconform.conformance.cli.check_backend import check_backend
     check = check_backend(f"fault_backends:{factory}", timeout=60)
     assert check.exit_code == code
     text = "\n".join([f"{f.op}: {f.problem}" for f in check.findings] + check.not_checked)

@@ -18,7 +18,7 @@ import pytest
 
 from kvconform import reference
 from kvconform.backends.base import FEATURES, OPS
-from kvconform.conformance import goldens
+from kvconform.conformance.harness import goldens
 from kvconform.conformance import suite
 from kvconform.conformance.harness import compare_outputs
 

@@ -2,7 +2,8 @@
 the CLI (the whole profile takes minutes and is not part of the CI gate; docs/performance.md)."""
 from __future__ import annotations
 
-from kvconform.conformance import models, profiles
+from kvconform.conformance.strategies import models
+from kvconform.conformance.harness import profiles
 
 
 def test_profile_ops_are_the_cases_ops():

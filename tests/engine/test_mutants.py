@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance.mutants import all_mutants
-from kvconform.conformance.strategies.recurrent_reach import smallest_size
+from kvconform.conformance.strategies.recurrent.reach import smallest_size
 
 MUTANTS = all_mutants()
 #: The long recurrent cases (strategies/recurrent.py) shrink to one sequence of 9 tokens, one past an

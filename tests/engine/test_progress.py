@@ -3,7 +3,7 @@ op of the latest result, that op's tests done / total, the run's, the failures s
 before pytest's summary. (In a log, one line per backend x op: tests/engine/test_engine_throughput.py.)"""
 from __future__ import annotations
 
-from kvconform.conformance.progress import Progress, elapsed_text
+from kvconform.conformance.run.progress import Progress, elapsed_text
 
 
 def test_terminal_line_is_redrawn_with_counts_failures_and_time():

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from kvconform import reference
-from kvconform.conformance.protocol import (ALIAS, InputSnapshot, ProtocolViolation, aliased_inputs,
-                                            protocol_outputs, structure_problem)
+from kvconform.conformance.engine.protocol import (ALIAS, InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs, structure_problem)
 from protocol_backends import FORMS
 
 torch = pytest.importorskip("torch")

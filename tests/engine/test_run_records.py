@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvconform.conformance import backend_text, outdir
+from kvconform.conformance.engine import backend_text
+from kvconform.conformance.run import outdir
 from kvconform.conformance.report import html, junit, markdown
 
 HERE = Path(__file__).resolve().parent
@@ -152,8 +153,8 @@ def test_hostile_backends_leave_bounded_escaped_records_and_flaky_is_its_own_sta
 
 
 def test_replay_imports_nothing_a_reproducer_names_and_a_declined_rejection_is_one_line(cli, tmp_path, monkeypatch):
-    from kvconform.conformance import case as case_io
-    from kvconform.conformance.rejection import Rejection
+    from kvconform.conformance.engine import case as case_io
+    from kvconform.conformance.engine.rejection import Rejection
     marker = tmp_path / "tampered"
     monkeypatch.setenv("KVC_TAMPERED", str(marker))
     pages = np.zeros((2, 2, 1, 1), np.float32)
@@ -214,7 +215,7 @@ def test_a_torn_last_line_is_dropped_and_a_whole_one_gets_its_newline(tmp_path):
 
 
 def test_a_new_run_clears_only_kvconforms_own_files(tmp_path):
-    from kvconform.conformance import case as case_io
+    from kvconform.conformance.engine import case as case_io
     for name in (*outdir.OWNED_FILES, "notes.txt", ".report.json.123.kvconform-tmp"):
         (tmp_path / name).write_text("{}")
     (tmp_path / "backends").mkdir()
@@ -260,7 +261,7 @@ def test_resume_options_come_from_run_json_and_a_different_one_is_refused(tmp_pa
 def _stale_run_files(out: Path) -> None:
     """What an earlier run of another backend left in `out`: its description (claiming write_kv) and a
     reproducer; plus a user's own file, which must survive."""
-    from kvconform.conformance import case as case_io
+    from kvconform.conformance.engine import case as case_io
     (out / "backends").mkdir(parents=True)
     (out / "backends" / "fault_backends_make_old.json").write_text(json.dumps(
         {"spec": "fault_backends:make_old", "name": "old", "available": True,

@@ -105,7 +105,7 @@ def test_expectations_xfail_and_unmatched(cli, tmp_path):
 def test_an_expectation_naming_a_diagnosis_covers_only_that_failure(cli, tmp_path):
     """A broad glob narrowed by `diagnosis` must not hide another bug: the mutant's write_kv failures are not
     diagnosed 'k_tail', so under an entry that names it they are plain failures and the run exits 1."""
-    from kvconform.conformance.expectations import Expectation
+    from kvconform.conformance.run.expectations import Expectation
     known = Expectation("*", "known", diagnosis="sequences without query rows dropped")
     assert known.covers({"summary": "passes with soft_cap off, sequences without query rows dropped",
                          "variations": [{"name": "sequences without query rows dropped", "outcome": "pass"}]})
@@ -274,7 +274,7 @@ def test_coverage_of_another_suite_directory(cli, tmp_path):
 
 
 def test_corrupted_reproducers_are_rejected(cli, tmp_path):
-    from kvconform.conformance import case as case_io
+    from kvconform.conformance.engine import case as case_io
     case = case_io.Case("write_kv", {"k_pages": np.zeros((1, 2, 1, 1), np.float32), "slot_mapping": np.zeros(1, np.int32)})
     good = tmp_path / "good"
     case_io.save(case, good)

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from kvconform import reference
-from kvconform.conformance import case as case_io
-from kvconform.conformance import cli, profiles, scale
+from kvconform.conformance.engine import case as case_io
+from kvconform.conformance import cli
+from kvconform.conformance.harness import profiles
+from kvconform.conformance.strategies import scale
 from kvconform.conformance.harness import compare_outputs
 
 SMOKE = scale.sizes_for("scale-smoke")

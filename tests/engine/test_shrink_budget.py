@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from kvconform.conformance import profiles
+from kvconform.conformance.harness import profiles
 
 
 def test_every_shrinking_profile_states_a_budget():

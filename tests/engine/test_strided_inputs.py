@@ -10,8 +10,9 @@ import pytest
 
 from kvconform import reference
 from kvconform.backends.base import OPS
-from kvconform.conformance import strided
-from kvconform.conformance.worker import BackendError, InProcess, Worker
+from kvconform.conformance.engine import strided
+from kvconform.conformance.engine.call_errors import BackendError
+from kvconform.conformance.engine.worker import InProcess, Worker
 
 DTYPES = (np.float64, np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.int64, np.int32, np.int8,
           np.uint8, np.bool_)

@@ -19,12 +19,13 @@ import pytest
 
 from kvconform import reference
 from kvconform.backends.base import FEATURES, claims_problems
-from kvconform.conformance import tolerance
-from kvconform.conformance.case import Case, PoisonRegion
-from kvconform.conformance.compare import compare_field
+from kvconform.conformance.engine import tolerance
+from kvconform.conformance.engine.case import Case, PoisonRegion
+from kvconform.conformance.engine.compare import compare_field
 from kvconform.conformance.harness import compare_outputs, poison_expectation
 from kvconform.conformance.strategies import recurrent as rs
-from kvconform.conformance.worker import ALIAS, aliased_inputs
+from kvconform.conformance.engine.protocol import ALIAS
+from kvconform.conformance.engine.worker import aliased_inputs
 
 F8 = ml_dtypes.float8_e4m3fn
 

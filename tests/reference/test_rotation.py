@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from kvconform.conformance import tolerance
+from kvconform.conformance.engine import tolerance
 from kvconform.reference import rerotation_lut, rope, rotate_keys, shift_keys
 from kvconform.reference.dtypes import resolve_dtype
 from kvconform.reference.rotation import inverse_frequencies

@@ -66,7 +66,7 @@ _BELOW = "its real range passes no tile of TILES (16 is the smallest)"
 
 
 def _rows(axes: tuple[str, ...], out: tuple[str, ...]) -> Dimension:
-    # not `cheap`: an interpreter runs one program per decode row (strategies/recurrent_reach.py ROWS_BUDGET)
+    # not `cheap`: an interpreter runs one program per decode row (strategies/recurrent/reach.py ROWS_BUDGET)
     return Dimension("rows", axes, *ROWS, small_max=3, unwritten=out, why_kind=_GRID)
 
 

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
 
-from ...case import Case
-from ...rejection import Rejection
+from kvconform.conformance.engine.case import Case
+from kvconform.conformance.engine.rejection import Rejection
 
 #: Examples per error test, as a fraction of the profile's (ci: 3, quick: 1, thorough: 30). Every rule is
 #: a test of its own and a backend's argument checks do not depend on values, so a few cases suffice.

@@ -7,7 +7,7 @@ import numpy as np
 
 from kvconform.backends.base import OpClaims
 
-from .. import recurrent_gated_delta as gdn
+from ..recurrent import gated_delta as gdn
 from ..values import sampled_from
 from . import grown, need, rule
 from .recurrent import _bool_flag, _grow, _not_float, _slot_rules, _varlen_rules

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
 
-from .. import recurrent_store as store
+from ..recurrent import store
 from ..values import sampled_from
 from . import as_float, grown, need, rule
 

@@ -1,0 +1,159 @@
+"""Collection: backends as test parameters, the run's selection (ops, shard, resume), xdist scheduling."""
+from __future__ import annotations
+import zlib
+from pathlib import Path
+import pytest
+from kvconform.conformance.run import expectations, progress
+from kvconform.conformance.harness import profiles
+from .outcomes import _report_the_message_only
+
+
+def pytest_generate_tests(metafunc):
+    if "kvc" in metafunc.fixturenames:
+        state = metafunc.config._kvconform
+        metafunc.parametrize("kvc_backend", state.backends, ids=[_backend_id(b) for b in state.backends],
+                             scope="function")
+
+
+def _backend_id(spec: str) -> str:
+    return spec.split(":")[-1] if ":" in spec else spec
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With `--jobs N` (pytest-xdist), hand out the suite in work units of one test module x one backend,
+    largest first, instead of test by test: every test of a backend's op then runs in one worker process,
+    which compiles each of its kernel shapes once (a JIT backend's compiled kernels live per process; jax
+    cannot store interpret-mode Pallas executables in its persistent cache, they hold host callbacks).
+    Project test runs (no --kvc-backend) and an explicit `--dist` other than xdist's default keep xdist's
+    own scheduler."""
+    if not config.getoption("kvc_backend") or config.getoption("dist", "load") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    specs = sorted(config._kvconform.backends, key=lambda b: len(_backend_id(b)), reverse=True)
+
+    class ModuleBackendScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.partition("::")[0]
+            backend = _backend_in_id(nodeid, specs)
+            return f"{module}@{_backend_id(backend) if backend else ''}"
+
+    return ModuleBackendScheduling(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Before the other plugins: the ops the suite has tests for. After them (-k, -m, --deselect done):
+    leave out the tests of other ops and of backends that cannot be checked, count what is selected (the
+    gate's "no test was selected"), then take this shard's slice and skip what a resumed run has done."""
+    state = config._kvconform
+    suite_ops = {m.kwargs.get("op") for m in (i.get_closest_marker("kvconform") for i in items) if m is not None}
+    yield
+    keep, drop = [], []
+    conformance = False
+    selected = 0
+    for item in items:
+        marker = item.get_closest_marker("kvconform")
+        if marker is None:
+            keep.append(item)
+            continue
+        conformance = True
+        op = marker.kwargs.get("op")
+        backend = item.callspec.params.get("kvc_backend", "") if hasattr(item, "callspec") else ""
+        if (state.ops is not None and op not in state.ops) or backend in state.not_runnable:
+            drop.append(item)
+            continue
+        selected += 1
+        if state.shard and zlib.crc32(item.nodeid.encode()) % state.shard[1] != state.shard[0] - 1:
+            drop.append(item)
+        elif item.nodeid in state.done:
+            drop.append(item)
+        else:
+            keep.append(item)
+            if config.getoption("tbstyle", "auto") == "auto":
+                _report_the_message_only(item)
+            names = {_backend_id(backend), backend, state.names.get(backend, backend)}
+            match = expectations.first_match(state.expectations, item.nodeid, names)
+            if match is not None:
+                item.add_marker(pytest.mark.xfail(reason=match.reason, strict=match.strict))
+                item._kvc_expectation = match
+    state.selected, state.suite_ops = selected, suite_ops
+    if hasattr(config, "workeroutput"):   # pytest-xdist worker: the controller's gate needs the counts
+        config.workeroutput["kvc_selected"] = selected
+        config.workeroutput["kvc_suite_ops"] = sorted(suite_ops)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if state.controller and conformance:
+        _plan_progress(config, {item.nodeid: (_backend_spec(item), item.get_closest_marker("kvconform").kwargs["op"])
+                                for item in keep if item.get_closest_marker("kvconform") is not None})
+    if conformance:   # before any test draws a case, in every process that collected conformance tests
+        profiles.ignore_source_constants()
+
+
+def _backend_spec(item) -> str:
+    return item.callspec.params.get("kvc_backend", "?") if hasattr(item, "callspec") else "?"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under `--jobs N` the controller learns the test ids from the first worker's collection (every
+    worker collects the same tests): the totals of --kvc-progress."""
+    config = node.config
+    state = getattr(config, "_kvconform", None)
+    if state is None or state.progress is not None or not config.getoption("kvc_progress"):
+        return
+    ops = progress.ops_of_ids(ids, Path(str(config.rootpath)))
+    specs = sorted(state.backends, key=lambda b: len(_backend_id(b)), reverse=True)
+    _plan_progress(config, {i: (_backend_in_id(i, specs), op) for i, op in ops.items()})
+
+
+def _backend_in_id(nodeid: str, specs: list[str]) -> str:
+    """The backend spec a suite test id is parametrized with (`test_x[numpy-...]`); "" if none."""
+    name = nodeid.partition("::")[2]
+    params = name[name.find("[") + 1:] if "[" in name else ""
+    return next((b for b in specs if params.startswith(_backend_id(b))
+                 and params[len(_backend_id(b)):len(_backend_id(b)) + 1] in ("-", "]")), "")
+
+
+def _plan_progress(config, groups: dict) -> None:
+    state = config._kvconform
+    if not config.getoption("kvc_progress") or state.progress is not None:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    tty = bool(getattr(reporter, "isatty", False))
+    state.progress = progress.Progress(lambda text: reporter._tw.write(text, flush=True), tty=tty,
+                                       start=state.started)
+    state.progress.plan(groups)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_report_teststatus(report, config):
+    """Under --kvc-progress the progress line replaces pytest's one letter per test (which would break it
+    up on a terminal and say less in a log)."""
+    outcome = yield
+    result = outcome.get_result()
+    if config.getoption("kvc_progress", False) and isinstance(result, tuple) and len(result) == 3 and result[1]:
+        outcome.force_result((result[0], "", result[2]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist: each worker process learns which backends the controller could not load (their tests
+    are left out in every process alike, as xdist requires) and each backend's name (expectations)."""
+    state = node.config._kvconform
+    node.workerinput["kvc_not_runnable"] = dict(state.not_runnable)
+    node.workerinput["kvc_names"] = dict(state.names)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist: the selection counts of a worker (every worker collects the same tests)."""
+    state = node.config._kvconform
+    output = getattr(node, "workeroutput", None) or {}
+    if "kvc_selected" in output:
+        state.selected = max(state.selected or 0, output["kvc_selected"])
+        state.suite_ops = (state.suite_ops or set()) | set(output.get("kvc_suite_ops", ()))
