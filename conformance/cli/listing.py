@@ -9,6 +9,8 @@ def cmd_list(args) -> int:
     """Every backend found (or those named with --backend), each loaded in its worker: its line, or the
     one line saying why it cannot be loaded. Exit 3 when a backend named with --backend cannot."""
     from kvconform import backends
+    if getattr(args, "dimensions", None) is not None:
+        return _list_dimensions(args.dimensions)
     if args.profile is not None:
         return _list_profile(args.profile)
     from kvconform.conformance.engine import loading
@@ -33,6 +35,29 @@ def _list_profile(name: str) -> int:
     from kvconform.conformance.strategies import models
     for line in models.table():
         print(line)
+    return EXIT_OK
+
+
+def _list_dimensions(op: str) -> int:
+    """`list --dimensions OP`: one line per dimension of the op (conformance/dimensions): name, the argument
+    axes it sizes, its range (ordinary draws up to small_max, real sizes up to real_max), cheap or not, the
+    threshold mutants planted along it or why none can be, and the source of its real maximum."""
+    from kvconform.backends.base import OPS, did_you_mean
+    from kvconform.conformance.dimensions import REGISTRY, NARROW_BITS
+    if op not in OPS:
+        raise UsageError(f"--dimensions: unknown op {op!r}{did_you_mean(op, OPS)}")
+    if op not in REGISTRY:
+        raise UsageError(f"--dimensions: no dimensions are declared for {op} yet")
+    print(f"{op}: {len(REGISTRY[op])} dimensions (range: ordinary draws .. real maximum; mutants: the bug "
+          f"planted past each tile T, spec/numerics.md NU-15)")
+    for d in REGISTRY[op]:
+        tiles = ",".join(map(str, d.thresholds()))
+        mutants = f"{d.kind} past T={tiles}" if tiles else f"none: {d.no_mutant}"
+        if d.ids and d.real_max >= 1 << NARROW_BITS:
+            mutants += f"; {', '.join(d.ids)} narrowed to {NARROW_BITS} bits"
+        print(f"  {d.name:16s} {' '.join(d.axes)}")
+        print(f"  {'':16s} range {d.small_max}..{d.real_max}{'  cheap' if d.cheap else ''}; mutants: {mutants}")
+        print(f"  {'':16s} source: {d.source}")
     return EXIT_OK
 
 

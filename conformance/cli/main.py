@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds for loading each backend in its worker (default 120)")
     lst.add_argument("--profile", default=None, metavar="NAME",
                      help="the cases of a profile of fixed cases instead (models: model x op x shape)")
+    lst.add_argument("--dimensions", default=None, metavar="OP",
+                     help="the op's dimensions instead: every size of its arguments, its real range and source, "
+                          "whether it is cheap, the threshold mutants planted along it (spec/numerics.md NU-15)")
 
     chk = sub.add_parser("check-backend", help="what is wrong with a backend, in plain words: loading, claims, "
                                                "method signatures, one small case per claimed op",

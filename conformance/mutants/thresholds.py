@@ -1,6 +1,6 @@
 """Threshold mutants generated from the dimension registry (spec/numerics.md "Reach by dimension").
 
-For every op of strategies/dimensions REGISTRY, every dimension and every tile T of model.TILES that the
+For every op of conformance/dimensions REGISTRY, every dimension and every tile T of model.TILES that the
 dimension's real range passes, one mutant: the numpy backend with that op wrong past T along that
 dimension, in the dimension's `kind` (left unwritten, read from the first tile, dropped); and, for a
 dimension whose `ids` are ids or offsets reaching 2^16, one mutant with them narrowed to 16 bits. Each is
@@ -23,8 +23,8 @@ from kvconform import reference
 from kvconform.reference import dtypes
 from kvconform.reference.kv_layouts import canonical_kv
 
-from ..strategies.dimensions import REGISTRY, Dimension
-from ..strategies.dimensions.model import NARROW_BITS, array_axis
+from kvconform.conformance.dimensions import REGISTRY, Dimension
+from kvconform.conformance.dimensions.model import NARROW_BITS, array_axis
 from . import Mutant, mutant
 
 #: the id parts of the reach tests (test ids containing one of them): the long/long_* and range columns of
@@ -36,6 +36,8 @@ CLAUSES = {"ragged_paged_attention": "PA-51", "write_kv": "PA-51", "mla_paged_at
            **{op: "RS-42" for op in ("causal_conv1d_update", "selective_state_update", "ssd_chunked_scan",
                                      "rwkv6_wkv", "gated_delta_rule_update", "gated_delta_rule_chunked",
                                      "recurrent_store_step")}}
+#: result fields that are an input cache updated in place (their unwritten part keeps the input)
+IN_PLACE = ("k_pages", "v_pages")
 _LEN_FLOOR = re.compile(r"^(?P<name>\w+)>=diff\((?P<cu>\w+)\)$")
 _ROWS = re.compile(r"^(?P<field>\w+)\[0\]@(?P<cu>\w+)$")
 
@@ -110,8 +112,9 @@ def _rebuild(result, fields: dict):
 
 
 def _unwritten(result, x: dict, refs, T: int):
-    """Output entries past T left unwritten: they keep the input of the same name where the op updates
-    one in place (write_kv's pools, the rotated cache `out` of k_pages), else 0."""
+    """Output entries past T left unwritten: they keep the input where the op updates a cache in place
+    (write_kv's pools, the rotated cache `out` of k_pages), else 0 (a fresh output buffer: the manager's
+    state is rebuilt, so keeping its old rows would hide nothing a kernel can get wrong)."""
     fields = dict(_fields(result))
     for ref in refs:
         rows = _ROWS.match(ref)
@@ -129,7 +132,7 @@ def _unwritten(result, x: dict, refs, T: int):
             continue
         out = np.array(out, copy=True)
         index = (slice(None),) * axis + (past,)
-        source = x.get(field, x.get("k_pages") if field == "out" and "k_pages" in x and out.ndim == 4 else None)
+        source = x.get(field) if field in IN_PLACE else x.get("k_pages") if field == "out" and out.ndim == 4 else None
         if source is not None and np.shape(source) == out.shape:
             kept = np.asarray(source)
             out[index] = (dtypes.upcast(kept) if out.dtype == np.float64 else kept)[index]

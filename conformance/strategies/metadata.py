@@ -32,6 +32,8 @@ from kvconform.backends.base import FEATURES, OpClaims
 
 from kvconform.conformance.engine import strided, tolerance
 from kvconform.conformance.engine.case import Case, PoisonRegion
+
+from . import dimension_reach as dr
 from .values import pick, sampled_from, seeds
 
 I32 = np.int32
@@ -61,6 +63,20 @@ LONG_POOL = (3000, 300)                 # manager: pages of a long pool
 LONG_BUDGET = 0.05                      # share of the profile's examples (ci: 1, thorough: 12)
 RANGE_BUDGET = 0.12                     # ci: 3, thorough: 30
 BUDGETS = {"long": LONG_BUDGET, "range": RANGE_BUDGET}
+#: the generated reach columns (strategies/dimension_reach.py): `reach_<dimension>` for each dimension with
+#: threshold mutants, that dimension at its tail size (cheap: up to 2^17), the others small; ids and offsets
+#: reach INT32_MAX in the range column already
+DIM_PREFIX = "reach_"
+DIM_BUDGET = LONG_BUDGET
+
+
+def reach_columns(op: str) -> tuple[str, ...]:
+    """The reach columns of `op`: long, range and the generated ones."""
+    return REACH + tuple(DIM_PREFIX + d for d in dr.columns(op, ids=False))
+
+
+def budget(reach: str) -> float:
+    return BUDGETS.get(reach, DIM_BUDGET)
 
 
 @dataclass(frozen=True)
@@ -198,6 +214,8 @@ def reach_page_tables(draw, claims: OpClaims, reach: str, *, slots: bool = False
     ones included). range: 1..3 sequences, one with kv_len near INT32_MAX (as far as its pages and the
     page ids reach), the others up to 4 pages, page ids up to INT32_MAX, or (slots=True: the slots of
     MD-7 are int32) up to the largest page whose last slot is INT32_MAX."""
+    if reach.startswith(DIM_PREFIX):
+        return draw(dim_page_tables(claims, reach[len(DIM_PREFIX):]))
     P = _reach_page_size(draw, claims, reach)
     rng = np.random.default_rng(draw(seeds))
     top = (INT32_MAX - P + 1) // P + 1 if slots else INT32_MAX + 1      # page ids in [0, top)
@@ -231,6 +249,46 @@ def reach_page_tables(draw, claims: OpClaims, reach: str, *, slots: bool = False
     return table, lens_all, S, pages, P
 
 
+#: the op whose registry sizes a dimension of the page-table ops (the same sizes for all of them)
+_TABLE_OP = {"sequences": "block_table_to_csr", "pages_per_seq": "block_table_to_csr",
+             "table_pages": "csr_to_block_table", "tokens": "append_slot_mapping"}
+
+
+@st.composite
+def dim_page_tables(draw, claims: OpClaims, dim: str):
+    """reach_page_tables' form for a generated column: `dim` large (sequences, pages of one sequence,
+    pages of the whole table, or the new tokens of append's one prefill: a sequence that long), the rest
+    small, page ids a shuffled pool, the smallest claimed page size."""
+    P = min(claims.page_sizes or (2,))
+    rng = np.random.default_rng(draw(seeds))
+    if dim == "arena_bytes":    # the arena of slot_mapping_from_arena: mostly kv_indices, 4 bytes a page
+        dim, n = "table_pages", dr.pick_size(draw, "slot_mapping_from_arena", "arena_bytes") // 4
+    else:
+        n = dr.pick_size(draw, _TABLE_OP[dim], dim)
+    if dim == "sequences":
+        pages = rng.integers(0, 3, size=n)
+    elif dim == "pages_per_seq":
+        pages = np.array([n, 1])
+    elif dim == "table_pages":
+        pages = np.full(64, n // 64)
+        pages[0] += n - int(pages.sum())
+    else:   # tokens: one sequence holding them all, one short one
+        pages = np.array([-(-n // P), 1])
+    pages = pages.astype(np.int64)
+    lens = np.where(pages > 0, pages * P - rng.integers(0, P, size=pages.shape[0]), 0)
+    if dim == "tokens":
+        lens[0] = max(int(lens[0]), n)
+    S, need = int(pages.shape[0]), int(pages.sum())
+    ids = rng.permutation(need + 2)[:need]
+    W = int(max(1, pages.max()))
+    table = np.full((S, W), PADDING, I32)
+    cursor = 0
+    for i, k in enumerate(pages):
+        table[i, :k] = ids[cursor:cursor + k]
+        cursor += k
+    return table, lens.astype(I32), S, pages, P
+
+
 def _reach_params(reach: str, P: int, S: int, **extra) -> dict:
     return dict(dtype="int32", kv_dtype="int32", page_size=P, num_seqs=S, variant=reach, reach=reach, **extra)
 
@@ -262,7 +320,12 @@ def reach_append_inputs(draw, claims: OpClaims, reach: str):
     csr = reference.block_table_to_csr(np.where(table == PADDING, 0, table), lens, S, P)
     rng = np.random.default_rng(draw(seeds))
     kv = lens[:S].astype(np.int64)
-    if reach == "long":
+    if reach == DIM_PREFIX + "tokens":     # the first sequence's new tokens are the dimension
+        q = np.minimum(kv, 1)
+        q[0] = dr.pick_size(draw, "append_slot_mapping", "tokens")
+    elif reach.startswith(DIM_PREFIX):
+        q = np.minimum(kv, 1)
+    elif reach == "long":
         q = np.minimum(kv, 1)
         chunked = int(rng.integers(0, S))
         q[chunked] = min(int(kv[chunked]), LONG_PREFILL)
@@ -302,7 +365,11 @@ def reach_arena_layout_cases(draw, claims: OpClaims, reach: str):
     """long: hundreds of arrays; range: sizes up to MD-22's 2^40 - 1 bytes, starts and alignments far past
     2^31 bytes (int32 offsets wrap there)."""
     rng = np.random.default_rng(draw(seeds))
-    if reach == "long":
+    if reach.startswith(DIM_PREFIX):
+        n = dr.pick_size(draw, "arena_layout", "arrays")
+        nbytes = rng.integers(0, 4096, size=n)
+        A, start = draw(sampled_from((16, 256, 4))), draw(st.integers(0, 64))
+    elif reach == "long":
         n = pick(draw, LONG_ARRAYS, "arrays")
         nbytes = rng.integers(0, 4096, size=n)
         A, start = draw(sampled_from((16, 256, 4))), draw(st.integers(0, 64))
@@ -324,7 +391,18 @@ def reach_page_table_states(draw, claims: OpClaims, reach: str):
     (claimed sizes: the largest) and a pool of 2^31 / P pages, every slot an int32 up to INT32_MAX, one
     sequence over all but three pages (a length near 2^31)."""
     rng = np.random.default_rng(draw(seeds))
-    if reach == "long":
+    dim = reach[len(DIM_PREFIX):] if reach.startswith(DIM_PREFIX) else ""
+    if dim:     # a generated column: one dimension large (the appended tokens: the command's, below)
+        P = min(claims.page_sizes or (2,))
+        n = dr.pick_size(draw, "page_table_step", dim)
+        S = n if dim == "sequences" else 8
+        lens = rng.integers(0, 2 * P + 1, size=S)
+        if dim == "table_pages":
+            lens[:] = (n // S) * P
+        need = int((-(-lens // P)).sum())
+        num_pages = n if dim == "pool_pages" else need + (n // P + 2 if dim == "appended" else 0) + 8
+        ids = np.sort(rng.permutation(max(S, 1 << 12))[:S])
+    elif reach == "long":
         P = _reach_page_size(draw, claims, reach)
         num_pages, S = pick(draw, LONG_POOL, "pool pages"), pick(draw, LONG_NUM_SEQS, "sequences")
         lens = rng.integers(0, 8 * P + 1, size=S)
@@ -374,6 +452,8 @@ def _reach_command(draw, state: dict, P: int, reach: str) -> dict:
     i = int(np.argmax(lens))
     seq, L = ids[i], lens[i]
     sink, window = int(state["sinks"][i]), int(state["windows"][i])
+    if reach == DIM_PREFIX + "appended":     # the dimension is the command's token count
+        return dict(command="append", seq=seq, n=dr.pick_size(draw, "page_table_step", "appended"))
     command = draw(sampled_from(("append", "fork", "pop", "window", "remove")))
     if command == "append":
         top = 300 if reach == "long" else min(5, INT32_MAX - L)
@@ -498,7 +578,7 @@ def csr_attention_variants():
     from . import paged_attention as pa
     allowed = set(FEATURES["ragged_paged_attention_csr"])
     return tuple(v for v in pa.ATTENTION_VARIANTS if set(v.features) <= allowed and not v.layout
-                 and v.reach in ("", "keys", "pages", "page_size"))
+                 and (v.reach in ("", "keys", "pages", "page_size") or v.reach.startswith(pa.DIM_REACH)))
 
 
 def block_table_inputs(x: dict) -> dict:

@@ -23,6 +23,7 @@ from kvconform.conformance.engine import strided
 from kvconform.conformance.engine.case import Case, PoisonRegion
 from .variations import widened, without
 from . import goldens
+from . import dimension_reach as dr
 from . import paged_attention as pa
 from .paged_attention import Variant
 from .values import pick
@@ -39,7 +40,8 @@ VARIANTS = (
     Variant("long_latent", (), ("ML-3", "ML-4", "ML-11"), reach="head_dim"),
     # logits of 10^3 .. 10^4 from raw dots past float16's range, Gemma-2's caps, dominating sinks (ML-11)
     Variant("range", (), ("ML-3", "ML-6", "ML-11", "NU-PA5"), values="range"),
-)
+) + tuple(Variant(f"reach_{d}", (), ("ML-1", "ML-2", "ML-4", "ML-11", "NU-15"), reach=f"{pa.DIM_REACH}{d}")
+          for d in dr.columns("mla_paged_attention"))   # generated (strategies/dimension_reach.py)
 LATENT_DIMS = (4, 8, 6)      # d_c when the backend accepts any; 6 is not a power of two
 ROPE_DIMS = (2, 4)           # d_r: DeepSeek's is d_c / 8; small here so interpreters stay fast
 #: the long_latent column's (d_c, d_r): DeepSeek-V2/V3's kv_lora_rank 512 and qk_rope_head_dim 64
@@ -88,14 +90,20 @@ def split_case(case: Case, d_c: int) -> Case:
 def mla_cases(draw, claims: OpClaims, variant: Variant):
     """A valid, clean `mla_paged_attention` call within `claims`, with the options of `variant` on;
     don't-care locations declared as poison regions (ML-7)."""
-    if variant.reach == "head_dim":    # DeepSeek's latent, or the largest claimed latent dims first
+    dim = variant.reach[len(pa.DIM_REACH):] if variant.reach.startswith(pa.DIM_REACH) else ""
+    if dim in ("latent_dim", "rope_dim"):   # a generated reach column of one of the two dims
+        claimed = claims.head_dims
+        admits = lambda n: claimed is None or n + ROPE_DIMS[0] in claimed   # noqa: E731
+        d_c = dr.pick_size(draw, OP, "latent_dim", admits) if dim == "latent_dim" else LATENT_DIMS[0]
+        d_r = dr.pick_size(draw, OP, "rope_dim") if dim == "rope_dim" else ROPE_DIMS[0]
+    elif variant.reach == "head_dim":    # DeepSeek's latent, or the largest claimed latent dims first
         d_c = pick(draw, tuple(sorted(claims.head_dims, reverse=True)) if claims.head_dims else REACH_LATENT[:1],
                    "latent dim d_c")
         d_r = REACH_LATENT[1]
     else:
         d_c = pick(draw, tuple(claims.head_dims or LATENT_DIMS), "latent dim d_c")
         d_r = pick(draw, ROPE_DIMS, "RoPE dim d_r")
-    case = draw(pa.attention_cases(_attention_claims(claims, d_c + d_r), variant))
+    case = draw(pa.attention_cases(_attention_claims(claims, d_c + d_r), variant, reach_op=OP))
     return split_case(case, d_c)
 
 

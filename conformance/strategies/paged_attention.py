@@ -26,6 +26,7 @@ from kvconform.conformance.engine import strided, tolerance
 from kvconform.conformance.engine.case import Case, PoisonRegion
 from .variations import narrowed, rows_dropped, widened, without
 from . import attention_reach as ar
+from . import dimension_reach as dr
 from . import constraints
 from . import goldens
 from .values import floats, pick, quantization_ties, sampled_from, seeds
@@ -92,6 +93,12 @@ ATTENTION_VARIANTS = (
     # KV heads split over devices, each shard with its query heads (PA-49); Hkv in {n, 2n}
     Variant("head_sharding", ("head_sharding",), ("PA-12", "PA-49")),
 )
+#: the generated reach columns (strategies/dimension_reach.py): `reach_<dimension>` for every dimension of the
+#: registry that carries a threshold mutant, that dimension past every tile, the claimed features on
+DIM_REACH = "dim:"
+DIM_REACH_FEATURES = ("sliding_window", "soft_cap", "sinks")
+ATTENTION_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14", "PA-51", "NU-15"),
+                                    reach=f"{DIM_REACH}{d}") for d in dr.columns("ragged_paged_attention"))
 WRITE_VARIANTS = (
     Variant("base", (), ("PA-41", "PA-43", "PA-45")),
     Variant("quantized_kv", ("quantized_kv",), ("PA-44",)),
@@ -104,6 +111,8 @@ WRITE_VARIANTS = (
     # claimed)
     Variant("range", (), ("PA-43", "PA-44", "PA-52", "NU-PA5"), values="range"),
 )
+WRITE_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-40", "PA-41", "PA-51", "NU-15"), reach=f"{DIM_REACH}{d}")
+                       for d in dr.columns("write_kv") if d != "pool_slots")   # slots: the pool_pages column
 #: the long column's share of the profile's examples (ci: 3): each long call costs far more
 LONG_BUDGET = 0.12
 #: the other size-reach columns: one example each in ci (round(25 * 0.04)), ten in thorough
@@ -186,7 +195,7 @@ def _head_counts(claims: OpClaims, variant: Variant, shards: int = 1) -> tuple[t
 
 @st.composite
 def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_q_len: int = 4,
-                    max_context: int = 9):
+                    max_context: int = 9, reach_op: str = "ragged_paged_attention"):
     """A valid, clean `ragged_paged_attention` call within `claims`, with the options of `variant` on.
 
     Every don't-care location is declared as a poison region (PA-24, PA-25, PA-5); the inputs hold
@@ -216,9 +225,15 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         head_dims = claims.head_dims or (DEFAULT_HEAD_DIMS[:1] if variant.name == "many_kv_heads"
                                          else DEFAULT_HEAD_DIMS)
         head_dims = constraints.allowed(claims, "head_dim", [d for d in head_dims if top is None or d <= top])
-    page_size = pick(draw, sizes, "page size")
-    head_dim = pick(draw, head_dims, "head dim")
-    hkv, group = pick(draw, _head_counts(claims, variant, shards), "(Hkv, group)")
+    dim = variant.reach[len(DIM_REACH):] if variant.reach.startswith(DIM_REACH) else ""
+    if dim:    # a generated reach column: one dimension large, the others small, claimed features on
+        shape = dr.attention_shape(draw, claims, reach_op, dim)
+        variant = dataclasses.replace(variant, features=dr.features_on(draw, claims, DIM_REACH_FEATURES))
+        page_size, head_dim, hkv, group = shape["page_size"], shape["head_dim"], shape["hkv"], shape["group"]
+    else:
+        page_size = pick(draw, sizes, "page size")
+        head_dim = pick(draw, head_dims, "head dim")
+        hkv, group = pick(draw, _head_counts(claims, variant, shards), "(Hkv, group)")
     hq = hkv * group
 
     # Ragged batch (PA-4, PA-5): empty, decode (q_len 1) and prefill (no context) sequences all occur.
@@ -226,7 +241,10 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         max_seqs, max_q_len, max_context = 2, 2, 5    # many heads already make each call costly
     max_kv = constraints.upper(claims, "max_kv_len", 1 << 30)
     q_len_options = constraints.allowed(claims, "q_len", range(0, max_q_len + 1), "query rows per sequence")
-    if variant.reach == "keys":
+    if dim:
+        q_lens, kv_lens = list(shape["q_lens"]), list(shape["kv_lens"])
+        num_seqs = len(q_lens)
+    elif variant.reach == "keys":
         num_seqs = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2)))
         q_lens, kv_lens = ar.long_lengths(draw, claims, num_seqs, page_size, q_len_options, max_kv)
     elif variant.long:
@@ -244,8 +262,13 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     pages_per_seq = max(used + [1]) + draw(st.integers(0, 1))
     spare_pages = draw(st.integers(1, 2))
     num_pages = sum(used) + spare_pages
+    if dim and shape["pool"] > num_pages:
+        # a pool at real scale: the sequences' pages take its highest ids, the spare ones below them
+        num_pages = shape["pool"]
+        physical = list(range(num_pages - 1, num_pages - 1 - sum(used), -1)) + list(range(spare_pages))
+    else:
+        physical = draw(st.permutations(range(num_pages)))   # shuffled page table (PA-10)
     assume(num_pages <= constraints.upper(claims, "max_pages", num_pages))
-    physical = draw(st.permutations(range(num_pages)))   # shuffled page table (PA-10)
     pad_rows = draw(st.integers(0, 2))
 
     S = num_seqs + spare_rows
@@ -266,7 +289,9 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     if variant.values != "range" and draw(st.booleans()):
         kwargs["sm_scale"] = draw(sampled_from((0.5, 1.0, 0.125, 2.0)))
     q_max_exp = 1
-    if "sliding_window" in variant.features:
+    if dim and shape["window"]:
+        kwargs["sliding_window"] = shape["window"]
+    elif "sliding_window" in variant.features:
         longest = max(kv_lens + [1])
         near = sorted({max(1, n + d) for n in kv_lens for d in (-1, 0, 1)})
         kwargs["sliding_window"] = draw(st.one_of(st.integers(1, 3), st.sampled_from(near),
@@ -447,7 +472,16 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     page_size = pick(draw, sizes, "page size")
     head_dim = pick(draw, dims, "head dim")
     hkv = pick(draw, heads, "Hkv")
-    if variant.long:
+    if variant.reach.startswith(DIM_REACH):
+        # a generated reach column: one dimension large; every token written, into the pool's highest pages
+        shape = dr.write_shape(draw, claims, "write_kv", variant.reach[len(DIM_REACH):])
+        page_size, head_dim, hkv, n, num_pages = (shape[k] for k in ("page_size", "head_dim", "hkv", "tokens",
+                                                                     "num_pages"))
+        capacity = num_pages * page_size
+        slot_rng = np.random.default_rng(draw(seeds))
+        last = min(capacity, max(n, 4 * page_size))
+        slot_mapping = (capacity - 1 - slot_rng.permutation(last)[:n]).astype(np.int32)
+    elif variant.long:
         # Hundreds of tokens (attention_reach.REACH_WRITE_TOKENS), most written, slots from a seed (a drawn
         # list of hundreds of unique slots would make shrinking crawl); pools of one page and more
         n = draw(st.integers(*ar.REACH_WRITE_TOKENS))

@@ -32,6 +32,7 @@ from kvconform.conformance.engine import strided, tolerance
 from kvconform.conformance.engine.case import Case, PoisonRegion
 from .variations import widened
 from . import constraints
+from . import dimension_reach as dr
 from .values import floats, pick, sampled_from, seeds
 
 CACHE_DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -97,6 +98,17 @@ SHIFT_VARIANTS = ROTATE_VARIANTS + (
 ROTATE_VARIANTS += (LONG, RANGE)
 SHIFT_VARIANTS += (LONG, RANGE)
 BUDGETS = {"long": LONG_BUDGET, "range": RANGE_BUDGET}
+#: the generated reach columns (strategies/dimension_reach.py): `reach_<dimension>`, one dimension of the
+#: registry at its tail size past every tile, the others small (per-token deltas, negative shifts and
+#: partial rotary where claimed, at random after the first example); ids reach INT32_MAX in `range`
+DIM_REACH = "dim:"
+for _op, _variants in (("rotate_keys", "ROTATE_VARIANTS"), ("shift_keys", "SHIFT_VARIANTS")):
+    _generated = tuple(Variant(f"reach_{d}", ("per_block_deltas",), ("RO-1", "RO-7", "RO-8", "NU-15"),
+                               reach=DIM_REACH + d)
+                       for d in dr.columns(_op, ids=False))
+    globals()[_variants] += _generated
+    BUDGETS.update({v.reach: LONG_BUDGET for v in _generated})
+del _op, _variants, _generated
 
 
 def _claimed(options, claimed, what: str, variant: Variant):
@@ -111,6 +123,8 @@ def _shape(draw, claims: OpClaims, variant: Variant, max_pages: int) -> dict:
     """page_size, head_dim, rotary_dim (None: the default D), hkv, n listed pages, num_pages."""
     if variant.reach == "long":
         return draw(_long_shape(claims))
+    if variant.reach.startswith(DIM_REACH):
+        return dim_shape(draw, claims, variant.reach[len(DIM_REACH):])
     page_size = pick(draw, constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES),
                      "page size")
     head_dims = constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS)
@@ -152,6 +166,37 @@ def _long_shape(draw, claims: OpClaims) -> dict:
     num_pages = min(n + draw(st.integers(0, 2)), cap)
     return dict(page_size=page_size, head_dim=head_dim, rotary_dim=rotary_dim, hkv=hkv, n=n,
                 num_pages=max(num_pages, n))
+
+
+def dim_shape(draw, claims: OpClaims, dim: str) -> dict:
+    """The shape of a generated reach column: `dim` at a size of dimension_reach.sizes (even head dims: the
+    pairs), everything else small; a pool at real scale lists 4 of its pages, shuffled (past 2^16)."""
+    ok = lambda key: (lambda n: constraints.admits(claims.limits.get(key), n))   # noqa: E731
+    page_size = min(constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES))
+    head_dim = min(d for d in constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS)
+                   if d % 2 == 0)
+    shape = dict(page_size=page_size, head_dim=head_dim, rotary_dim=None, hkv=1, n=2, num_pages=3, lut_rows=None)
+    op = "rotate_keys"
+    if dim == "pool_pages":
+        shape.update(n=4, num_pages=dr.pick_size(draw, op, dim, ok("max_pages")))
+    elif dim == "page_size":
+        claimed = claims.page_sizes
+        shape.update(page_size=dr.pick_size(draw, op, dim, lambda n: (claimed is None or n in claimed)
+                                            and ok("page_size")(n)))
+    elif dim == "kv_heads":
+        shape.update(hkv=dr.pick_size(draw, op, dim, ok("num_kv_heads")))
+    elif dim == "head_dim":
+        claimed = claims.head_dims
+        shape.update(head_dim=dr.pick_size(draw, op, dim, lambda n: n % 2 == 0 and (claimed is None or n in claimed)
+                                           and ok("head_dim")(n)))
+    elif dim == "rotated_blocks":
+        n = dr.pick_size(draw, op, dim, lambda n: ok("max_pages")(n + 2))
+        shape.update(n=n, num_pages=n + 2)
+    elif dim == "lut_rows":
+        shape.update(lut_rows=dr.pick_size(draw, op, dim))
+    else:
+        raise ValueError(f"no rotation shape for dimension {dim!r}")
+    return shape
 
 
 def _keys(rng, shape, kv_dtype: str, variant: Variant) -> np.ndarray:
@@ -197,7 +242,7 @@ def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 
     width = page_size if per_token else 1
     return dict(kv_dtype=kv_dtype, layout=layout, page_size=page_size, head_dim=head_dim,
                 rotary_dim=rotary_dim, hkv=hkv, n=n, idx=idx, k_pages=k_pages, rng=rng, seed=seed,
-                width=width, poison=tuple(poison))
+                width=width, poison=tuple(poison), lut_rows=shape.get("lut_rows"))
 
 
 def _options(p: dict) -> dict:
@@ -244,7 +289,8 @@ def _lut(draw, p: dict, variant: Variant, max_rows: int):
         if scaling:
             return rows, theta, scaling, llama3_lut(rows, rd, theta=theta, block_size=p["page_size"])
     else:
-        rows = pick(draw, LONG_LUT_ROWS, "LUT rows") if variant.reach == "long" else draw(st.integers(1, max_rows))
+        rows = pick(draw, LONG_LUT_ROWS, "LUT rows") if variant.reach == "long" else \
+            p["lut_rows"] or draw(st.integers(1, max_rows))
         theta, scaling = draw(sampled_from(THETAS)), None
     return rows, theta, scaling, reference.rerotation_lut(rows, rd, theta=theta, block_size=p["page_size"])
 

@@ -260,9 +260,9 @@ def _reach(op):
     _, clauses = DIFFERENTIAL[op]
 
     @conformance_test(op=op, layer="differential", clauses=clauses)
-    @pytest.mark.parametrize("reach", md.REACH)
+    @pytest.mark.parametrize("reach", md.reach_columns(op))
     def test(kvc, reach):
-        kvc.for_all(md.REACH_CASES[op](kvc.claims(), reach), kvc.check, budget=md.BUDGETS[reach])
+        kvc.for_all(md.REACH_CASES[op](kvc.claims(), reach), kvc.check, budget=md.budget(reach))
     test.__name__ = f"test_{op}_reach"
     test.__doc__ = f"The reach columns of {op} (spec/metadata.md \"Reach: sizes and values drawn\")."
     return test

@@ -1,4 +1,4 @@
-"""The dimension registry (conformance/strategies/dimensions) knows every size the strategies draw.
+"""The dimension registry (conformance/dimensions) knows every size the strategies draw.
 
 For every op: each column's strategy draws a few derandomized examples with the numpy backend's claims;
 every axis of every array input is declared by some dimension of the op, and every dimension's size lies in
@@ -7,82 +7,14 @@ threshold mutants must be caught by reach columns alone (spec/numerics.md "Reach
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from dimension_columns import EXAMPLES, PENDING, columns, draw
 
 from kvconform.backends.base import OPS
 from kvconform.backends.numpy import make_backend
-from kvconform.conformance.strategies import eviction as ev
-from kvconform.conformance.strategies import metadata as md
-from kvconform.conformance.strategies import mla
-from kvconform.conformance.strategies import paged_attention as pa
-from kvconform.conformance.strategies import recurrent as rs
-from kvconform.conformance.strategies import rotation as ro
-from kvconform.conformance.strategies.dimensions import REGISTRY, declares, dimensions, measure
-from kvconform.conformance.strategies.dimensions.model import Dimension
-
-#: the recurrent family's dimensions are declared by recurrent.py (its own branch): until it lands, its ops
-#: are the only ones allowed to be missing
-PENDING = {op for op, family in OPS.items() if family == "recurrent"} - set(REGISTRY)
-EXAMPLES = 3
-
-
-def _variants(strategy, variants):
-    return [(str(v), v.long or bool(v.values), functools.partial(strategy, variant=v)) for v in variants]
-
-
-def _recurrent_columns(op: str):
-    """Every column of a recurrent op, each tier (and crossed regime) of its long column on its own."""
-    found = []
-    for v in rs.VARIANTS[op]:
-        for kw, _ in rs.column_runs(op, v):
-            name = "-".join([str(v)] + [str(x) for x in kw.values()])
-            found.append((name, bool(v.reach), functools.partial(rs.STRATEGIES[op], variant=v, **kw)))
-    return found
-
-
-def _columns(op: str):
-    """(column name, is a reach column, strategy(claims)) of every column the op's suite tests draw."""
-    if OPS[op] == "recurrent":
-        return _recurrent_columns(op)
-    if op == "ragged_paged_attention":
-        return _variants(pa.attention_cases, pa.ATTENTION_VARIANTS)
-    if op == "write_kv":
-        return _variants(pa.write_kv_cases, pa.WRITE_VARIANTS)
-    if op == "mla_paged_attention":
-        return [(str(v), bool(v.reach) or bool(getattr(v, "values", "")), functools.partial(mla.mla_cases, variant=v))
-                for v in mla.VARIANTS]
-    if op == "ragged_paged_attention_csr":
-        return _variants(md.attention_csr_cases, md.csr_attention_variants())
-    if op in ("rotate_keys", "shift_keys"):
-        cases = ro.rotate_keys_cases if op == "rotate_keys" else ro.shift_keys_cases
-        variants = ro.ROTATE_VARIANTS if op == "rotate_keys" else ro.SHIFT_VARIANTS
-        return [(str(v), v in (ro.LONG, ro.RANGE), functools.partial(cases, variant=v)) for v in variants]
-    if op == "accumulate_scores":
-        return [("base", False, ev.accumulate_cases)] + \
-            [(r, True, functools.partial(ev.accumulate_cases, reach=r)) for r in ev.REACH]
-    if op == "plan_eviction":
-        return [("base", False, ev.plan_cases)] + \
-            [(r, True, functools.partial(ev.reach_plan_cases, reach=r)) for r in ev.REACH]
-    ordinary = md.STRIDED[op][0].cases
-    return [("base", False, ordinary)] + [(r, True, functools.partial(md.REACH_CASES[op], reach=r)) for r in md.REACH]
-
-
-def _draw(strategy, n: int) -> list:
-    drawn = []
-
-    @settings(max_examples=n, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def collect(case):
-        drawn.append(case)
-
-    collect()
-    return drawn
-
+from kvconform.conformance.dimensions import REGISTRY, declares, dimensions, measure
+from kvconform.conformance.dimensions.model import Dimension
 
 def test_every_op_has_dimensions():
     missing = set(OPS) - set(REGISTRY) - PENDING
@@ -94,8 +26,8 @@ def test_every_op_has_dimensions():
 
 def test_reach_values_pass_every_tile_with_a_tail():
     d = Dimension("x", ("x[0]",), 300, "test", small_max=8, unwritten=("out[0]",))
-    assert d.reach_values(budget=10 ** 6) == (16, 32, 64, 128, 256, 300)
-    assert d.reach_values(budget=100) == (16, 32, 64, 97)   # 64 + 32 + 1: past 64, not a multiple of 16
+    assert d.reach_values(budget=10 ** 6) == (300, 16, 32, 64, 128, 256)
+    assert d.reach_values(budget=100) == (97, 16, 32, 64)   # 64 + 32 + 1: past 64, not a multiple of 16
     assert d.thresholds() == (16, 32, 64, 128, 256)
     assert Dimension("y", ("y[0]",), 64, "test", small_max=8, unwritten=("out[0]",)).thresholds() == (16, 32)
 
@@ -113,9 +45,9 @@ def test_drawn_sizes_lie_in_the_registry(op):
     claims = make_backend().capabilities()[op]
     dims = dimensions(op)
     problems = []
-    for name, reach, strategy in _columns(op):
+    for name, reach, strategy in columns(op):
         try:
-            cases = _draw(strategy(claims), EXAMPLES)
+            cases = draw(strategy(claims), EXAMPLES)
         except pytest.skip.Exception:
             continue
         for case in cases:
@@ -133,3 +65,15 @@ def test_drawn_sizes_lie_in_the_registry(op):
                         problems.append(f"{name}: {d.name} {ref} = {size} outside [0, "
                                         f"{'real_max' if reach else 'small_max'} {top}]")
     assert not problems, "\n".join(sorted(set(problems)))
+
+
+def test_list_dimensions_prints_the_registry(cli):
+    proc = cli("list", "--dimensions", "ragged_paged_attention")
+    assert proc.returncode == 0, proc.stderr
+    for d in dimensions("ragged_paged_attention"):
+        assert d.name in proc.stdout and d.source in proc.stdout
+    assert "first_tile past T=16,32,64,128,256" in proc.stdout          # pages_per_seq's mutants
+    assert "page_indices narrowed to 16 bits" in proc.stdout
+    bad = cli("list", "--dimensions", "ragged_attention")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--dimensions: unknown op 'ragged_attention'" in bad.stderr

@@ -19,6 +19,7 @@ RANKS = {
     "kvconform.reference": 1,
     "kvconform.adapters": 2,
     "kvconform.backends": 3,
+    "kvconform.conformance.dimensions": 3,   # data: the sizes of the ops' arguments (mutants and strategies read it)
     "kvconform.conformance.engine": 4,
     "kvconform.conformance.mutants": 4,
     "kvconform.conformance.permissions": 4,

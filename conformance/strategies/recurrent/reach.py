@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from kvconform.backends.base import OpClaims
 
 from .. import constraints
-from ..dimensions import dimensions
+from ...dimensions import dimensions
 from ..values import floats, sampled_from
 
 # --- sizes (the `long` column) --------------------------------------------------------------------------
@@ -64,7 +64,8 @@ def registry_reach(op: str, name: str, budget: int = 1 << 20) -> tuple[int, ...]
     every tile, a partial last tile: the extreme ci draws), then the tiles from the largest down."""
     dim = next(d for d in dimensions(op) if d.name == name)
     values = dim.reach_values(budget)
-    return (values[-1],) + tuple(sorted(values[:-1], reverse=True))
+    tails = [v for v in values if v & (v - 1)]                  # not a power of two
+    return tuple(tails) + tuple(sorted((v for v in values if not v & (v - 1)), reverse=True))
 
 
 #: the largest size a non-cheap kernel dimension is drawn at in `long` (model.reach_values' budget): past

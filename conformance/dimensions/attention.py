@@ -14,6 +14,11 @@ from . import sources as src
 
 _GRID = "a grid past T leaves its rows unwritten; dropping them is the same output"
 _LOOP = "a loop that reloads its first tile reads real values: harder to see than a dropped (zero) part"
+#: why kv_lens carries no 16-bit narrowing mutant here: it would need a sequence past 65536 keys, which an
+#: interpreted kernel (Triton, Pallas on CPU) takes minutes to attend; kv_len narrowing is caught where the
+#: lengths are metadata (block_table_to_csr's range column draws kv_len up to INT32_MAX)
+_NO_KEY_NARROWING = ("No 16-bit narrowing of kv_lens here: a 65537-key sequence costs interpreted kernels "
+                     "minutes; the metadata ops' range column draws kv_len to INT32_MAX")
 
 
 def _attention(q: str, pages: tuple[str, ...], dim_axes: tuple[str, ...], cu: str, csr: bool) -> tuple[Dimension, ...]:
@@ -25,9 +30,9 @@ def _attention(q: str, pages: tuple[str, ...], dim_axes: tuple[str, ...], cu: st
         Dimension("pages_per_seq", ("page_indices[1]",), *src.PAGES_PER_SEQ, small_max=16,
                   kind="first_tile", first_tile=("page_indices[1]",), why_kind=_LOOP),
         Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped",
-                  dropped=("kv_lens>=diff(cu_q_lens)",), ids=("kv_lens",),
+                  dropped=("kv_lens>=diff(cu_q_lens)",),
                   why_kind="the KV loop stops after T keys; keys past T read from the first tile is the "
-                           "pages_per_seq and page_size mutants"),
+                           "pages_per_seq and page_size mutants. " + _NO_KEY_NARROWING),
     )) + ((
         Dimension("table_pages", ("kv_indices[0]",), *src.POOL_PAGES, small_max=64, cheap=True,
                   kind="first_tile", first_tile=("kv_indices[0]",), ids=("kv_indptr",),
@@ -68,7 +73,8 @@ WRITE_KV = (
     Dimension("tokens", ("slot_mapping[0]", "k[0]", "v[0]"), *src.TOKENS, small_max=16, kind="dropped",
               dropped=("slot_mapping[0]",), why_kind="tokens past T never written; the same pool as leaving "
                                                       "their slots unwritten"),
-    Dimension("pool_slots", ("max(slot_mapping)",), src.POOL_PAGES[0] * 16, src.POOL_PAGES[1] + " x 16 tokens",
+    Dimension("pool_slots", ("max(slot_mapping)",), src.POOL_PAGES[0] * 16,
+              "pool_pages' 819200 pages x 16 tokens (vLLM vllm/config/cache.py default block_size 16)",
               small_max=256, cheap=True, no_mutant="slots are pages x page_size: the pool_pages and page_size "
                                                    "mutants leave the slots past T unwritten", ids=("slot_mapping",)),
     Dimension("pool_pages", ("k_pages[0]", "v_pages[0]", "k_scale[0]/3", "v_scale[0]/3"), *src.POOL_PAGES,
@@ -89,7 +95,7 @@ MLA = (
     Dimension("pages_per_seq", ("page_indices[1]",), *src.PAGES_PER_SEQ, small_max=16, kind="first_tile",
               first_tile=("page_indices[1]",), why_kind=_LOOP),
     Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped",
-              dropped=("kv_lens>=diff(cu_q_lens)",), ids=("kv_lens",), why_kind="the KV loop stops after T keys"),
+              dropped=("kv_lens>=diff(cu_q_lens)",), why_kind="the KV loop stops after T keys. " + _NO_KEY_NARROWING),
     Dimension("page_size", ("c_kv_pages[1]", "k_pe_pages[1]"), *src.PAGE_SIZE, small_max=16, kind="first_tile",
               first_tile=("c_kv_pages[1]", "k_pe_pages[1]"), why_kind=_LOOP),
     Dimension("pool_pages", ("c_kv_pages[0]", "k_pe_pages[0]"), *src.POOL_PAGES, small_max=64, cheap=True,

@@ -102,8 +102,9 @@ class Dimension:
     def reach_values(self, budget: int) -> tuple[int, ...]:
         """The sizes a `long` draw takes along this dimension: each power of two from 16 up to
         min(real_max, budget) and a tail past the largest of them that is not a multiple of 16 (so the
-        last tile of every tiling is partial). Cheap dimensions ignore the budget (drawn at real scale)."""
-        top = self.real_max if self.cheap else min(self.real_max, budget)
+        last tile of every tiling is partial), the tail first (the ci profile's single example of a column
+        takes the first). A caller gives cheap dimensions a budget at real scale (dimension_reach.py)."""
+        top = min(self.real_max, budget)
         powers = [t for t in (2 ** k for k in range(4, 40)) if t <= top]
         if not powers:
             return (top,)
@@ -111,7 +112,7 @@ class Dimension:
         tail = last + last // 2 + 1
         if tail > top:
             tail = top if top % 16 else top - 1
-        return tuple(dict.fromkeys(powers + ([tail] if tail > 16 else [])))
+        return tuple(dict.fromkeys(([tail] if tail > 16 else []) + powers))
 
 
 def measure(ref: str, inputs: dict[str, Any]) -> int | None:

@@ -87,7 +87,8 @@ REGISTRY = {
                   no_mutant="a value, not an axis: its reach is the 16-bit narrowing", ids=("seq_lens",)),
         Dimension("seq_id", ("max(seq_ids)",), INT32_MAX, "MD-11: sequence ids are int32 values", small_max=64,
                   cheap=True, no_mutant="ids, not an axis: their reach is the 16-bit narrowing", ids=("seq_ids",)),
-        Dimension("appended", ("n",), *src.TOKENS, small_max=16, cheap=True, unwritten=("slots[0]",),
+        # not cheap: the manager appends token by token (a 16384-token append costs the reference ~50 s)
+        Dimension("appended", ("n",), *src.TOKENS, small_max=16, unwritten=("slots[0]",),
                   why_kind="the slots of the appended tokens past T left unwritten"),
         PAGE_SIZE,
     ),
