@@ -244,7 +244,8 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int
         lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
         chunk = chunk_size or reach.RANGE_TOKENS
     else:
-        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
+        # the slots tier: a first sequence of at least one token (a sequence of none moves no row)
+        lengths, cu = _lengths(draw, max_seqs, max_len, st.integers(1, max_len) if tier == "slots" else None, claims)
         chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
     heads, qk = _heads(draw, claims, "range" if variant.range or tier == "crossed" else tier,

@@ -62,7 +62,8 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     elif variant.range:     # fixed small shapes (reach.RANGE_*)
         lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
     else:
-        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
+        # the slots tier: a first sequence of at least one token (a sequence of none moves no row)
+        lengths, cu = _lengths(draw, max_seqs, max_len, st.integers(1, max_len) if tier == "slots" else None, claims)
     seqs, tokens = len(lengths), int(cu[-1])
     if tier == "num_heads":
         heads = reach.tier_dim(draw, claims, "num_heads", "rwkv6_wkv", "heads")

@@ -91,7 +91,8 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         n = reach.dim(draw, claims, "state_size", reach.RANGE_DIM, reach.RANGE_DIM)
         chunk = chunk_size or reach.RANGE_TOKENS
     else:
-        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
+        # the slots tier: a first sequence of at least one token (a sequence of none moves no row)
+        lengths, cu = _lengths(draw, max_seqs, max_len, st.integers(1, max_len) if tier == "slots" else None, claims)
         heads, groups = _heads_groups(draw, claims)
         p = reach.dim(draw, claims, "head_dim", 1, 2)
         n = reach.dim(draw, claims, "state_size", 1, 3)
