@@ -276,13 +276,17 @@ def _lead_and_long(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndarr
 
 
 def _many_sequences(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndarray]:
-    """The `sequences` tier: as many sequences as a step holds (the registry's `sequences`, 1023 first),
-    one token each (claims may narrow the count, max_num_seqs)."""
+    """The `sequences` tier: the registry's `sequences` past its last tile (257 first; 1023 and the tiles
+    in thorough). An interpreter runs a program per sequence, so only every 64th sequence and the last
+    hold a token and the others none, where the claims allow empty sequences (RS-39: else one token
+    each); claims may narrow the count (max_num_seqs)."""
     # cu_seqlens holds count + 1 entries, which the registry's real maximum bounds too
-    counts = reach.registry_reach(op, "sequences", reach.KERNEL_BUDGET)
+    counts = (reach.past_last_tile(op, "sequences"),) + reach.registry_reach(op, "sequences", reach.KERNEL_BUDGET)
     count = reach.reach_dim(draw, claims, "max_num_seqs", tuple(c for c in counts if c < max(counts)))
-    lengths = [1] * count
-    cu = np.arange(count + 1, dtype=np.int32)
+    empty_ok = constraints.admits(claims.limits.get("seq_len"), 0)
+    lengths = [1 if not empty_ok or i % 64 == 63 or i == count - 1 else 0 for i in range(count)]
+    cu = np.zeros(count + 1, dtype=np.int32)
+    cu[1:] = np.cumsum(lengths)
     return lengths, cu
 
 

@@ -71,7 +71,7 @@ def _heads(draw, claims: OpClaims, tier: str = "", op: str = "") -> tuple[int, i
     one head (their cost grows with heads on an interpreter, and heads are not their threshold); the
     `num_heads` tier: the registry's heads of `op` over one q/k head."""
     if tier == "num_heads":
-        return reach.tier_dim(draw, claims, "num_heads", op, "heads"), 1
+        return reach.tier_dim(draw, claims, "num_heads", op, "heads", costly=True), 1
     if tier == "sequences":
         tier = "rows"
     if tier in ("rows", "tokens", "range") and not {"num_heads", "num_qk_heads"} & set(claims.limits):

@@ -73,10 +73,19 @@ def registry_reach(op: str, name: str, budget: int = 1 << 20) -> tuple[int, ...]
 KERNEL_BUDGET = 1024
 
 
-def tier_dim(draw, claims: OpClaims, claim: str, op: str, name: str) -> int:
+def past_last_tile(op: str, name: str) -> int:
+    """One past the largest tile T its real range passes (model.thresholds): the smallest size that every
+    tile below the real maximum leaves a partial last tile of; a costly dimension's ci draw."""
+    dim = next(d for d in dimensions(op) if d.name == name)
+    return max(dim.thresholds(), default=dim.real_max - 1) + 1
+
+
+def tier_dim(draw, claims: OpClaims, claim: str, op: str, name: str, *, costly: bool = False) -> int:
     """The size of a dimension tier (the registry's dimension `name` of `op`, each other dim small): its
-    registry_reach values within the claimed limit `claim` (reach_dim: the first is the simplest draw)."""
-    return reach_dim(draw, claims, claim, registry_reach(op, name, KERNEL_BUDGET))
+    registry_reach values within the claimed limit `claim` (reach_dim: the first is the simplest draw).
+    `costly` (an interpreter runs one program per entry: heads, sequences): past_last_tile first."""
+    values = registry_reach(op, name, KERNEL_BUDGET)
+    return reach_dim(draw, claims, claim, ((past_last_tile(op, name),) if costly else ()) + values)
 
 
 #: real head dims of linear attention (the `heads` tier): the registry's key / value dims, tail first:

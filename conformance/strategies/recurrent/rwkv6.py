@@ -66,7 +66,7 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         lengths, cu = _lengths(draw, max_seqs, max_len, st.integers(1, max_len) if tier == "slots" else None, claims)
     seqs, tokens = len(lengths), int(cu[-1])
     if tier == "num_heads":
-        heads = reach.tier_dim(draw, claims, "num_heads", "rwkv6_wkv", "heads")
+        heads = reach.tier_dim(draw, claims, "num_heads", "rwkv6_wkv", "heads", costly=True)
     elif "num_heads" in claims.limits:
         heads = _heads_over(draw, claims, 1)
     elif tier in ("heads", "tokens", "crossed", "sequences") or variant.range:

@@ -77,7 +77,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
             else reach.dim(draw, claims, "state_size", 1, 2)
         groups = 1
         if tier == "num_heads":
-            heads = reach.tier_dim(draw, claims, "num_heads", "ssd_chunked_scan", "heads")
+            heads = reach.tier_dim(draw, claims, "num_heads", "ssd_chunked_scan", "heads", costly=True)
         else:
             heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else 1
         p = reach.tier_dim(draw, claims, "head_dim", "ssd_chunked_scan", "head_dim") if tier == "head_dim" \

@@ -96,7 +96,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         if tier or fixed:
             groups = 1
             if tier == "num_heads":
-                heads = reach.tier_dim(draw, claims, "num_heads", "selective_state_update", "heads")
+                heads = reach.tier_dim(draw, claims, "num_heads", "selective_state_update", "heads", costly=True)
             else:
                 heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else (
                     reach.RANGE_HEADS if fixed else 1 if tier == "rows" else draw(st.integers(1, 2)))
