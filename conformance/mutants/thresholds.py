@@ -34,7 +34,10 @@ from . import Mutant, mutant
 REACH_TESTS = "long|range|_reach|reach_|real"
 #: the clause a generated mutant breaks: the op family's reach section
 CLAUSES = {"ragged_paged_attention": "PA-51", "write_kv": "PA-51", "mla_paged_attention": "ML-11",
-           "ragged_paged_attention_csr": "MD-23"}
+           "ragged_paged_attention_csr": "MD-23",
+           **{op: "RS-42" for op in ("causal_conv1d_update", "selective_state_update", "ssd_chunked_scan",
+                                     "rwkv6_wkv", "gated_delta_rule_update", "gated_delta_rule_chunked",
+                                     "recurrent_store_step")}}
 #: result fields that are an input cache updated in place (their unwritten part keeps the input)
 IN_PLACE = ("k_pages", "v_pages")
 _LEN_FLOOR = re.compile(r"^(?P<name>\w+)>=diff\((?P<cu>\w+)\)$")

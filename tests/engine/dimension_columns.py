@@ -12,6 +12,7 @@ from kvconform.conformance.strategies import eviction as ev
 from kvconform.conformance.strategies import metadata as md
 from kvconform.conformance.strategies import mla
 from kvconform.conformance.strategies import paged_attention as pa
+from kvconform.conformance.strategies import recurrent as rs
 from kvconform.conformance.strategies import rotation as ro
 from kvconform.conformance.dimensions import REGISTRY
 
@@ -25,8 +26,20 @@ def _variants(strategy, variants):
     return [(str(v), v.long or bool(v.values), functools.partial(strategy, variant=v)) for v in variants]
 
 
+def _recurrent_columns(op: str):
+    """Every column of a recurrent op, each tier (and crossed regime) of its long column on its own."""
+    found = []
+    for v in rs.VARIANTS[op]:
+        for kw, _ in rs.column_runs(op, v):
+            name = "-".join([str(v)] + [str(x) for x in kw.values()])
+            found.append((name, bool(v.reach), functools.partial(rs.STRATEGIES[op], variant=v, **kw)))
+    return found
+
+
 def columns(op: str):
     """(column name, is a reach column, strategy(claims)) of every column the op's suite tests draw."""
+    if OPS[op] == "recurrent":
+        return _recurrent_columns(op)
     if op == "ragged_paged_attention":
         return _variants(pa.attention_cases, pa.ATTENTION_VARIANTS)
     if op == "write_kv":

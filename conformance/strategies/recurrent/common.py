@@ -13,7 +13,7 @@ RS-36 … RS-41). Feature names (one features-matrix column each):
     initial_states  has_initial_state with False rows over NaN/inf-filled slots (RS-5)
     snapshots       num_snapshots > 0 for ssd_chunked_scan (RS-19)
 
-Two columns of every op claim no feature and reach past what the others draw (recurrent_reach.py, spec
+Two columns of every op claim no feature and reach past what the others draw (reach.py, spec
 section 6): `long` (sizes where kernels switch path: tiers `edges`, `rows`, `channels`, `state`, `tokens`,
 `heads`) and `range` (values at the thresholds the spec pins: softplus's linear region and far below 0,
 decays at and near 0 and 1, betas 0 and 1, grown states, float16 magnitudes). The `edges` tier of
@@ -47,7 +47,7 @@ from kvconform.reference import dtypes
 
 from .. import constraints
 from ..values import floats, pick, sampled_from
-from . import reach
+from . import crossed, reach
 
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 POOL_DTYPES = ("float32", "float64")          # RS-6: the only pool dtypes
@@ -84,17 +84,23 @@ class Variant:
         return self.name
 
 
+#: each chunked op's range regimes, which the long column's `crossed` tier draws over several chunks too
+#: (crossed.py); registered by the op modules (ssd.py, rwkv6.py, gated_delta.py)
+RANGE_REGIMES: dict[str, tuple[str, ...]] = {}
+
+
 def column_runs(op: str, variant: Variant) -> list[tuple[dict, float]]:
     """(strategy keywords, budget) of each loop a differential test of `variant` runs: one per tier of a
-    long column (recurrent_reach.LONG_TIERS), one for the others."""
+    long column (reach.LONG_TIERS), one for the others."""
     if variant.long:
-        return [(dict(tier=t), LONG_BUDGET if t == "edges" else reach.TIER_BUDGET) for t in reach.LONG_TIERS[op]]
+        return [(dict(tier=t), LONG_BUDGET if t == "edges" else reach.TIER_BUDGET) for t in reach.LONG_TIERS[op]] \
+            + crossed.runs(op, RANGE_REGIMES.get(op, ()), reach.TIER_BUDGET)
     return [({}, reach.RANGE_BUDGET if variant.range else 1.0)]
 
 
 _INDEXED = ("RS-2", "RS-4", "RS-7")
 _PADDED = ("RS-3", "RS-4", "RS-36")
-_REACH = ("RS-41", "RS-42", "NU-R5")
+_REACH = ("RS-2", "RS-41", "RS-42", "NU-R5")
 _RANGE = ("RS-43", "NU-R5")
 
 
@@ -117,15 +123,21 @@ def conventions(claims: OpClaims) -> dict:
     return {"padding_outputs": "unspecified"} if claims.limits.get("padding_outputs") == "unspecified" else {}
 
 
-def _slots(draw, rows: int, variant: Variant, claims: OpClaims | None = None) -> tuple[np.ndarray | None, int]:
+def _slots(draw, rows: int, variant: Variant, claims: OpClaims | None = None, *, tier: str = ""
+           ) -> tuple[np.ndarray | None, int]:
     """state_indices (None in the base column: row b uses slot b, RS-2) and num_slots.
 
     Indices are a random injection into the pool (shuffled and shifted, RS-2/RS-7); the padding column
     puts at least one -1 among them (RS-3). Spare slots stay unaddressed, holding canaries (RS-4). Given
-    `claims` (the `rows` tiers: a decode batch of hundreds of rows), explicit indices where claimed."""
+    `claims` (the `rows` and `slots` tiers), explicit indices where claimed; the `slots` tier addresses a
+    pool of reach.FAR_SLOTS slots at ids past 2^16 (and one small id)."""
     indexed = "state_indices" in variant.features or (claims is not None and "state_indices" in claims.features)
     if not indexed:
         return None, rows + draw(st.integers(0, 1))
+    if tier == "slots":
+        num_slots = reach.FAR_SLOTS
+        far = [num_slots - 1, 2 ** 16, 5][:rows] + [2 ** 16 + 1 + i for i in range(max(0, rows - 3))]
+        return np.asarray(draw(st.permutations(far)), dtype=np.int32), num_slots
     pads = draw(st.integers(1, rows)) if "padding_slots" in variant.features else 0
     num_slots = rows - pads + draw(st.integers(1, 2))
     live = list(draw(st.permutations(range(num_slots))))[:rows - pads]
@@ -144,7 +156,11 @@ def _pool(rng, shape, pool_dtype, idx, rows, fresh=None) -> tuple[np.ndarray, li
     pool = floats(rng, shape, pool_dtype)
     regions = []
     used = {int(s) for s in _live_rows(idx, rows) if s >= 0}
-    for slot in range(shape[0]):
+    if shape[0] > reach.SMALL_POOL:      # the slots tier: one region of canary rows, drawn at once
+        canary = (rng.random(shape[0]) < 0.5) & ~np.isin(np.arange(shape[0]), list(used))
+        regions.append(PoisonRegion("unaddressed_rows", "state_pool", (np.flatnonzero(canary),), "RS-4",
+                                    "pool rows no row of the call addresses"))
+    for slot in range(shape[0] if shape[0] <= reach.SMALL_POOL else 0):
         if slot not in used and rng.random() < 0.5:
             regions.append(PoisonRegion("unaddressed_rows", "state_pool", (slot,), "RS-4",
                                         "pool rows no row of the call addresses"))
@@ -250,11 +266,26 @@ def _lengths(draw, max_seqs: int, max_len: int, first=None, claims: OpClaims | N
 
 def _lead_and_long(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndarray]:
     """The `tokens` tier: a short leader (so the long sequence starts mid-chunk of the packing) and a
-    sequence of 129 to a few thousand tokens (recurrent_reach.LONG_TOKENS[op])."""
+    sequence of 129 to a few thousand tokens (reach.LONG_TOKENS[op])."""
     lead = draw(reach.length_strategy(claims, sampled_from(reach.LEADERS)))
     long_len = draw(reach.length_strategy(claims, sampled_from(reach.LONG_TOKENS[op])))
     lengths = [lead, long_len]
     cu = np.zeros(3, dtype=np.int32)
+    cu[1:] = np.cumsum(lengths)
+    return lengths, cu
+
+
+def _many_sequences(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndarray]:
+    """The `sequences` tier: the registry's `sequences` past its last tile (257 first; 1023 and the tiles
+    in thorough). An interpreter runs a program per sequence, so only every 64th sequence and the last
+    hold a token and the others none, where the claims allow empty sequences (RS-39: else one token
+    each); claims may narrow the count (max_num_seqs)."""
+    # cu_seqlens holds count + 1 entries, which the registry's real maximum bounds too
+    counts = (reach.past_last_tile(op, "sequences"),) + reach.registry_reach(op, "sequences", reach.KERNEL_BUDGET)
+    count = reach.reach_dim(draw, claims, "max_num_seqs", tuple(c for c in counts if c < max(counts)))
+    empty_ok = constraints.admits(claims.limits.get("seq_len"), 0)
+    lengths = [1 if not empty_ok or i % 64 == 63 or i == count - 1 else 0 for i in range(count)]
+    cu = np.zeros(count + 1, dtype=np.int32)
     cu[1:] = np.cumsum(lengths)
     return lengths, cu
 

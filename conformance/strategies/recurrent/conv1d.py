@@ -34,8 +34,9 @@ def conv_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_rows = constraints.upper(claims, "max_num_seqs", 3)
     min_width = max(1, int(claims.limits.get("min_width", 1)))
-    if tier == "rows":
-        rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
+    if tier in ("rows", "slots"):      # slots: a few rows at slot ids past 2^16 (a window of >= 1 column)
+        rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS) if tier == "rows" else \
+            draw(st.integers(1, max_rows))
         channels = reach.dim(draw, claims, "channels", 1, 2)
         width = reach.dim(draw, claims, "width", max(min_width, 2), 4)
     elif tier == "channels":
@@ -52,7 +53,7 @@ def conv_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         width = reach.dim(draw, claims, "width", min_width, 4)
     multi = "multi_token" in variant.features or (variant.reach and "multi_token" in claims.features)
     steps = (2 if variant.range else draw(st.integers(1, 3))) if multi else None
-    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
+    idx, num_slots = _slots(draw, rows, variant, claims if tier in ("rows", "slots") else None, tier=tier)
     kw = {}
     use_bias = "bias" in claims.features and draw(st.booleans())
     if "silu" in claims.features and draw(sampled_from((True, False)) if variant.range else st.booleans()):

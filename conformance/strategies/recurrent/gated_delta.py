@@ -16,7 +16,7 @@ clean case; the `poison` property runs `case.with_poison()`.
 Tested domain (RS-35): g in (-2, 0] (decays in (0.13, 1]), beta in [0, 1), and without normalisation keys
 scaled to |k| <= 1 so that every transition exp(g) (I - beta k k^T) is contracting; with normalisation
 q and k are any finite values. Shapes: Hk in {1, 2} q/k heads, H = Hk * {1, 2} state heads, K, V <= 3
-(<= 2 in the long column). Long column (recurrent_reach.py): tiers `edges` (chunked: as SSD's, a first
+(<= 2 in the long column). Long column (reach.py): tiers `edges` (chunked: as SSD's, a first
 sequence of 9 … 20 tokens with hints (8, 16, 1, 3, 4), crossing the Triton kernel's 16-token chunks),
 `tokens` (chunked: hundreds to thousands of tokens after a short leader, hints 16 … 256, gates near 0 so
 the state grows over the sequence), `heads` (K, V of 64 … 256, fla's 64-key state blocks) and `rows`
@@ -36,9 +36,10 @@ from kvconform.reference.recurrent.gated_delta import l2_normalize, qk_heads
 
 from .. import constraints
 from ..values import floats, sampled_from, seeds
-from . import reach
-from .common import (_RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, SSD_LONG_EDGES, SSD_LONG_MAX, Variant, _dtypes,
-                     _fresh, _heads_over, _lead_and_long, _lengths, _live_rows, _positive, _slots, conventions)
+from . import crossed, reach
+from .common import (_RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, RANGE_REGIMES, SSD_LONG_EDGES, SSD_LONG_MAX,
+                     Variant, _dtypes, _fresh, _heads_over, _lead_and_long, _lengths, _live_rows, _many_sequences,
+                     _positive, _slots, conventions)
 from .contract import _output_checks, _pool_checks, _varlen, class_r
 
 _INDEXED = ("RS-2", "RS-4", "RS-7", "RS-31")
@@ -58,16 +59,21 @@ GDN_CHUNKED_VARIANTS = (
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED + ("RS-32",)),
     Variant("initial_states", ("initial_states",), ("RS-5", "RS-32")),
     Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
-    Variant("long", (), ("RS-17", "RS-32", "RS-33") + _REACH, reach="long"),
+    Variant("long", (), ("RS-17", "RS-32", "RS-33", "RS-44") + _REACH, reach="long"),
     Variant("range", (), ("RS-32", "RS-33", "RS-35") + _RANGE, reach="range"),
 )
 TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
 
 
-def _heads(draw, claims: OpClaims, tier: str = "") -> tuple[int, int]:
+def _heads(draw, claims: OpClaims, tier: str = "", op: str = "") -> tuple[int, int]:
     """(H, Hk): shrinks towards H = 2, Hk = 1 (shared q/k head); H = 4, Hk = 2 tells h // 2 from h % 2.
-    Within claimed num_qk_heads / num_heads limits (RS-41). The `rows` and `tokens` tiers: one head (their
-    cost grows with heads on an interpreter, and heads are not their threshold)."""
+    Within claimed num_qk_heads / num_heads limits (RS-41). The `rows`, `tokens` and `sequences` tiers:
+    one head (their cost grows with heads on an interpreter, and heads are not their threshold); the
+    `num_heads` tier: the registry's heads of `op` over one q/k head."""
+    if tier == "num_heads":
+        return reach.tier_dim(draw, claims, "num_heads", op, "heads", costly=True), 1
+    if tier == "sequences":
+        tier = "rows"
     if tier in ("rows", "tokens", "range") and not {"num_heads", "num_qk_heads"} & set(claims.limits):
         return (reach.RANGE_HEADS, 1) if tier == "range" else (1, 1)   # range: fixed shapes, h // 2 shared
     qk = draw(sampled_from(constraints.allowed(claims, "num_qk_heads", (1, 2), "num_qk_heads")))
@@ -77,9 +83,12 @@ def _heads(draw, claims: OpClaims, tier: str = "") -> tuple[int, int]:
 
 
 def _dims(draw, claims: OpClaims, tier: str) -> tuple[int, int]:
-    """(K, V): 1 … 3 (1 … 2 in the long tiers); real head dims (LINEAR_HEAD_DIMS) in the `heads` tier;
-    V = K under the equal_key_value_dims convention (RS-40)."""
-    if tier == "heads":
+    """(K, V): 1 … 3 (1 … 2 in the long tiers); real head dims (LINEAR_HEAD_DIMS) in the `heads` tier,
+    dims that are not powers of two in the `crossed` tier; V = K under the equal_key_value_dims
+    convention (RS-40)."""
+    if tier == "crossed":
+        dk, dv = crossed.odd_dim(draw, claims, "key_dim"), crossed.odd_dim(draw, claims, "value_dim")
+    elif tier == "heads":
         dk = reach.reach_dim(draw, claims, "key_dim", reach.LINEAR_HEAD_DIMS)
         dv = reach.reach_dim(draw, claims, "value_dim", reach.LINEAR_HEAD_DIMS)
     elif tier == "range":
@@ -109,7 +118,7 @@ def _token_arrays(rng, rows: int, heads: int, qk: int, dk: int, dv: int, act: st
         norms = np.sqrt((k.astype(np.float64) ** 2).sum(-1, keepdims=True))
         scale = 0.99 / norms if regime == "gates" else 0.99 / np.maximum(1.0, norms)   # gates: |k| = 0.99
         k = (k.astype(np.float64) * scale).astype(k.dtype)
-    v = floats(rng, (rows, heads, dv), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1)
+    v = floats(rng, (rows, heads, dv), act, max_exp=reach.tokens_exponent(act) if tier in ("tokens", "crossed") else 1)
     g = -_positive(rng, (rows, heads), act, max_exp=0)
     beta = _positive(rng, (rows, heads), act, min_exp=-4, max_exp=-1)
     if tier in ("tokens", "heads"):
@@ -129,18 +138,21 @@ def _state_exponents(act: str, regime: str) -> dict:
     return dict(min_exp=lo, max_exp=hi) if regime == "grown" else {}
 
 
-def _regime(draw, claims: OpClaims, variant: Variant, regimes: tuple[str, ...]) -> str:
-    """The value regime of a range case: float16_norm only where float16 and qk_l2norm are claimed."""
-    if not variant.range:
-        return ""
+def _regime(draw, claims: OpClaims, variant: Variant, regimes: tuple[str, ...], given: str = "") -> str:
+    """The value regime of a range case (or `given`, the crossed tier's): float16_norm only where float16
+    and qk_l2norm are claimed (elsewhere a crossed float16_norm run draws the first regime instead)."""
     usable = tuple(r for r in regimes if r != "float16_norm"
                    or ("qk_l2norm" in claims.features and "float16" in claims.dtypes))
+    if given:
+        return given if given in usable else usable[0]
+    if not variant.range:
+        return ""
     return draw(sampled_from(usable))
 
 
 def _pool_regions(pool: np.ndarray, idx, rows: int, fresh=None) -> list[PoisonRegion]:
-    used = {int(s) for s in _live_rows(idx, rows) if s >= 0}
-    spare = [s for s in range(pool.shape[0]) if s not in used]
+    used = [int(s) for s in _live_rows(idx, rows) if s >= 0]
+    spare = np.flatnonzero(~np.isin(np.arange(pool.shape[0]), used))
     regions = [PoisonRegion("unaddressed_rows", "state", (np.asarray(spare, dtype=np.int64),), clause="RS-4",
                             what="pool rows no entry addresses (returned bit for bit)")]
     if fresh is not None:
@@ -174,13 +186,13 @@ def gdn_update_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""
     act, pool_dtype = _dtypes(draw, claims, variant)
     if tier == "rows":
         rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
-    elif variant.range:     # fixed small shapes (recurrent_reach.RANGE_*)
+    elif variant.range:     # fixed small shapes (reach.RANGE_*)
         rows = min(reach.RANGE_ROWS, constraints.upper(claims, "max_num_seqs", reach.RANGE_ROWS))
     else:
         rows = draw(st.integers(1, constraints.upper(claims, "max_num_seqs", 2 if tier else 3)))
-    heads, qk = _heads(draw, claims, "range" if variant.range else tier)
+    heads, qk = _heads(draw, claims, "range" if variant.range else tier, "gated_delta_rule_update")
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
-    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
+    idx, num_slots = _slots(draw, rows, variant, claims if tier in ("rows", "slots") else None, tier=tier)
     regime = _regime(draw, claims, variant, UPDATE_RANGE_REGIMES)
     kw = _options(draw, variant, regime)
     seed = draw(seeds)
@@ -202,7 +214,7 @@ def gdn_update_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""
 
 @st.composite
 def gdn_chunked_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4,
-                      chunk_size: int | None = None, tier: str = ""):
+                      chunk_size: int | None = None, tier: str = "", regime: str = ""):
     """A `gated_delta_rule_chunked` call (RS-32, RS-33): varlen with empty sequences, chunk hints 1 … 64.
     Long tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a
     short leader, hints 16 … 256), `heads` (K, V of 64 … 256); range: CHUNKED_RANGE_REGIMES over one
@@ -210,7 +222,10 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")
-    if tier == "edges":
+    if tier == "crossed":   # a range regime over several chunks, dims not powers of two (crossed.py)
+        lengths, cu = crossed.lengths(draw, claims)
+        chunk = crossed.hint(draw, chunk_size)
+    elif tier == "edges":
         chunk = chunk_size or draw(sampled_from(LONG_CHUNK_SIZES))
         multiples = tuple(chunk * i for i in range(1, SSD_LONG_MAX // chunk + 1) if chunk * i >= 8)
         edges = SSD_LONG_EDGES + tuple(m for m in multiples if m not in SSD_LONG_EDGES)
@@ -219,25 +234,33 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int
     elif tier == "tokens":
         lengths, cu = _lead_and_long(draw, claims, "gated_delta_rule_chunked")
         chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
-    elif tier == "heads":
+    elif tier == "sequences":
+        lengths, cu = _many_sequences(draw, claims, "gated_delta_rule_chunked")
+        chunk = chunk_size or draw(sampled_from((16, 64)))
+    elif tier in ("heads", "num_heads"):
         lengths, cu = _lengths(draw, 1, 40, st.integers(9, 40), claims)
         chunk = chunk_size or draw(sampled_from((16, 64)))
-    elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
+    elif variant.range:     # fixed small shapes: one sequence, one chunk (reach.RANGE_*)
         lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
         chunk = chunk_size or reach.RANGE_TOKENS
     else:
-        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
+        # the slots tier: a first sequence of at least one token (a sequence of none moves no row)
+        lengths, cu = _lengths(draw, max_seqs, max_len, st.integers(1, max_len) if tier == "slots" else None, claims)
         chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
-    heads, qk = _heads(draw, claims, "range" if variant.range else tier)
+    heads, qk = _heads(draw, claims, "range" if variant.range or tier == "crossed" else tier,
+                       "gated_delta_rule_chunked")
     seqs, tokens = len(lengths), int(cu[-1])
-    idx, num_slots = _slots(draw, seqs, variant)
+    idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
     has_initial = _fresh(draw, seqs, variant)
-    regime = _regime(draw, claims, variant, CHUNKED_RANGE_REGIMES)
+    regime = _regime(draw, claims, variant, CHUNKED_RANGE_REGIMES, regime)
     kw = _options(draw, variant, regime)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     arrays = _token_arrays(rng, tokens, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False), regime, tier)
+    if tier == "crossed" and regime == "gates":     # a gate of exactly 0 and a beta of 1 in every chunk
+        arrays["g"] = crossed.spread(rng, arrays["g"], cu, reach.RANGE_GATES[0])
+        arrays["beta"] = crossed.spread(rng, arrays["beta"], cu, reach.RANGE_BETAS[0])
     state = floats(rng, (num_slots, heads, dk, dv), pool_dtype, **_state_exponents(act, regime))
     poison = _pool_regions(state, idx, seqs, None if has_initial is None else ~has_initial)
     if idx is not None:
@@ -252,8 +275,7 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
                   num_heads=heads, num_qk_heads=qk, key_dim=dk, value_dim=dv, chunk_size=chunk,
                   num_slots=num_slots, variant=variant.name, **conventions(claims))
-    if tier or regime:
-        params["tier" if tier else "regime"] = tier or regime
+    params.update({k: v for k, v in (("tier", tier), ("regime", regime)) if v})
     return Case("gated_delta_rule_chunked", inputs, params, seed, poison=tuple(poison))
 
 
@@ -325,3 +347,6 @@ def gdn_chunked_checks(case: Case, expected: dict, actual: dict) -> dict:
 VARIANTS = {"gated_delta_rule_update": GDN_UPDATE_VARIANTS, "gated_delta_rule_chunked": GDN_CHUNKED_VARIANTS}
 STRATEGIES = {"gated_delta_rule_update": gdn_update_cases, "gated_delta_rule_chunked": gdn_chunked_cases}
 CHECKS = {"gated_delta_rule_update": gdn_update_checks, "gated_delta_rule_chunked": gdn_chunked_checks}
+
+RANGE_REGIMES.update({"gated_delta_rule_update": UPDATE_RANGE_REGIMES,
+                      "gated_delta_rule_chunked": CHUNKED_RANGE_REGIMES})

@@ -34,24 +34,71 @@ from hypothesis import strategies as st
 from kvconform.backends.base import OpClaims
 
 from .. import constraints
+from ...dimensions import dimensions
 from ..values import floats, sampled_from
 
 # --- sizes (the `long` column) --------------------------------------------------------------------------
 
-#: tiers of each op's long column, in the order they run
+#: tiers of each op's long column, in the order they run (the chunked ops' `crossed` tier, one loop per
+#: value regime, follows them: crossed.py)
 LONG_TIERS = {
-    "causal_conv1d_update": ("rows", "channels"),
-    "selective_state_update": ("state", "rows"),
-    "ssd_chunked_scan": ("edges", "tokens", "state"),
-    "rwkv6_wkv": ("edges", "tokens", "heads"),
-    "gated_delta_rule_update": ("heads", "rows"),
-    "gated_delta_rule_chunked": ("edges", "tokens", "heads"),
-    "recurrent_store_step": ("rows", "state"),
+    "causal_conv1d_update": ("rows", "channels", "slots"),
+    "selective_state_update": ("state", "rows", "slots", "mamba1_channels", "num_heads", "head_dim"),
+    "ssd_chunked_scan": ("edges", "tokens", "state", "slots", "sequences", "num_heads", "head_dim"),
+    "rwkv6_wkv": ("edges", "tokens", "heads", "slots", "sequences", "num_heads"),
+    "gated_delta_rule_update": ("heads", "rows", "slots", "num_heads"),
+    "gated_delta_rule_chunked": ("edges", "tokens", "heads", "slots", "sequences", "num_heads"),
+    "recurrent_store_step": ("rows", "state", "slots"),
 }
+#: the `slots` tier's pool: slot ids past 2^16 (a 16-bit index column wraps them; state_indices are int32,
+#: RS-2), on rows of a few elements, so the pool stays small (65540 rows)
+FAR_SLOTS = 2 ** 16 + 4
+#: pools larger than this declare their canary rows as one poison region (common.py _pool)
+SMALL_POOL = 4096
 #: share of the profile's examples for one threshold tier: 1 in ci and quick, 10 in thorough
 TIER_BUDGET = 0.04
 
-DECODE_ROWS = (128, 256, 257, 300)     # decode batches: vLLM's CUDA-graph sizes up to 512, max_num_seqs 256
+def registry_reach(op: str, name: str, budget: int = 1 << 20) -> tuple[int, ...]:
+    """The sizes the registry's dimension `name` of `op` is drawn at in `long` (model.reach_values: each
+    power-of-two tile from 16 up to its real maximum and a tail past the last one), the tail first (past
+    every tile, a partial last tile: the extreme ci draws), then the tiles from the largest down."""
+    dim = next(d for d in dimensions(op) if d.name == name)
+    values = dim.reach_values(budget)
+    tails = [v for v in values if v & (v - 1)]                  # not a power of two
+    return tuple(tails) + tuple(sorted((v for v in values if not v & (v - 1)), reverse=True))
+
+
+#: the largest size a non-cheap kernel dimension is drawn at in `long` (model.reach_values' budget): past
+#: every tile of TILES with a partial last tile, cheap on an interpreter
+KERNEL_BUDGET = 1024
+
+
+def past_last_tile(op: str, name: str) -> int:
+    """One past the largest tile T its real range passes (model.thresholds): the smallest size that every
+    tile below the real maximum leaves a partial last tile of; a costly dimension's ci draw."""
+    dim = next(d for d in dimensions(op) if d.name == name)
+    return max(dim.thresholds(), default=dim.real_max - 1) + 1
+
+
+def tier_dim(draw, claims: OpClaims, claim: str, op: str, name: str, *, costly: bool = False) -> int:
+    """The size of a dimension tier (the registry's dimension `name` of `op`, each other dim small): its
+    registry_reach values within the claimed limit `claim` (reach_dim: the first is the simplest draw).
+    `costly` (an interpreter runs one program per entry: heads, sequences): past_last_tile first."""
+    values = registry_reach(op, name, KERNEL_BUDGET)
+    return reach_dim(draw, claims, claim, ((past_last_tile(op, name),) if costly else ()) + values)
+
+
+#: real head dims of linear attention (the `heads` tier): the registry's key / value dims, tail first:
+#: GDN 255, 256, 128, ... (fla's 64-key state blocks, K <= 256); RWKV-6 63, 64, 32, 16 (head size 64)
+LINEAR_HEAD_DIMS = registry_reach("gated_delta_rule_chunked", "key_dim", KERNEL_BUDGET)
+RWKV_HEAD_DIMS = registry_reach("rwkv6_wkv", "key_dim", KERNEL_BUDGET)
+#: decode rows of the `rows` tier: each tile of the registry's `rows` up to ROWS_BUDGET, 300 first (past
+#: every tile of TILES, a partial last tile); thorough also draws vLLM's max_num_seqs 1024 and 1023. Not
+#: drawn at real scale in ci: an interpreter runs one program per row (1023 Triton rows take minutes)
+ROWS_BUDGET = 300
+DECODE_ROWS = registry_reach("causal_conv1d_update", "rows", ROWS_BUDGET) + (1023, 1024)
+#: the store's assignment batches of the `rows` tier: hundreds of sequences (its metadata moves whole)
+STORE_ROWS = (300, 257, 128, 256)
 CONV_CHANNELS = (257, 300, 512)        # vLLM causal_conv1d_update tiles channels by BLOCK_N = 256
 CONV_WIDTHS = (4, 2, 3, 5, 6)          # Mamba d_conv 4; vLLM's conv kernels take widths 2 … 6
 STATE_SIZES = (160, 129, 256)          # past 128: mamba_ssm's SSU launch, ggml CUDA's d_state 256 path
@@ -59,12 +106,14 @@ SSM_HEAD_DIMS = (1, 2, 64)             # Mamba-2 headdim 64
 #: a long sequence: SSD's closed form is cheap on an interpreter, so its simplest draw is several hundred
 #: tokens; the recurrences stepped token by token (RWKV6, and the gated delta rule's 64-row substitutions)
 #: start at 129, one token into a second 128-row block of a 256-token chunk, and reach thousands in thorough
-LONG_TOKENS = {"ssd_chunked_scan": (300, 129, 1000, 2049), "rwkv6_wkv": (129, 300, 1000, 2049),
-               "gated_delta_rule_chunked": (129, 300, 1000, 2049)}
+LONG_TOKENS = {"ssd_chunked_scan": (300, 129, 1000, 2049), "rwkv6_wkv": (300, 129, 1000, 2049),
+               "gated_delta_rule_chunked": (300, 129, 1000, 2049)}
 LONG_HINTS = (256, 128, 192, 129, 64, 16)   # a second 128-row block inside a chunk only above 128
 LEADERS = (5, 1, 3, 7)                 # a short first sequence: the long one starts mid-chunk
-LINEAR_HEAD_DIMS = (128, 64, 256, 192)  # GDN: fla's 64-key state blocks, K <= 256; Qwen3-Next 128
-RWKV_HEAD_DIMS = (64, 128, 65)         # RWKV-6 head size 64; past 64 a second value block
+#: the `crossed` tier (crossed.py): a range regime over 150 tokens (two 64-token chunks and a
+#: tail; 97 and 200 in thorough) after a short leader
+CROSSED_TOKENS = (150, 97, 200)
+CROSSED_LEADERS = (5, 3)
 #: log decays / log gates of the long `tokens` tier: decays near 1, so the state grows with the sequence
 NEAR_ONE_EXP = (-14, -8)
 
@@ -192,8 +241,12 @@ def smallest_size(op: str, params: dict) -> int:
         return 4 * DECODE_ROWS[0] + 8                      # rows + rows * (up to 3 tokens), store: + slots
     if tier == "tokens":
         return LONG_TOKENS[op][0] + max(LEADERS) + 2
-    if tier in ("channels", "state", "heads"):
-        return 48                                          # <= 40 tokens, <= 2 rows of <= 3 tokens
+    if tier == "crossed":
+        return CROSSED_TOKENS[0] + max(CROSSED_LEADERS) + 2
+    if tier in ("channels", "state", "heads", "slots", "mamba1_channels", "num_heads", "head_dim"):
+        return 48
+    if tier == "sequences":
+        return 2 * DECODE_ROWS[0] + 2                      # sequences of one token each                                          # <= 40 tokens, <= 2 rows of <= 3 tokens
     if params.get("regime"):
         return 4 * max(RANGE_ROWS, RANGE_TOKENS) + 4 if op != "recurrent_store_step" else 24
     return 0

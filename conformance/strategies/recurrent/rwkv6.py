@@ -11,10 +11,10 @@ from kvconform.reference import dtypes
 
 from .. import constraints
 from ..values import floats, sampled_from, seeds
-from . import reach
-from .common import (_INDEXED, _PADDED, _RANGE, _REACH, RWKV_LONG_EDGES, RWKV_LONG_MAX, Variant, _dtypes, _fresh,
-                     _heads_over, _lead_and_long, _lengths, _named, _padding_tokens, _pool, _positive, _slots,
-                     conventions)
+from . import crossed, reach
+from .common import (_INDEXED, _PADDED, _RANGE, _REACH, RANGE_REGIMES, RWKV_LONG_EDGES, RWKV_LONG_MAX, Variant,
+                     _dtypes, _fresh, _heads_over, _lead_and_long, _lengths, _many_sequences, _named, _padding_tokens,
+                     _pool, _positive, _slots, conventions)
 from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen, class_r,
                        required_out_precision)
 
@@ -23,7 +23,7 @@ RWKV_VARIANTS = (
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
-    Variant("long", (), ("RS-17", "RS-20") + _REACH, reach="long"),
+    Variant("long", (), ("RS-17", "RS-20", "RS-44") + _REACH, reach="long"),
     Variant("range", (), ("RS-20",) + _RANGE, reach="range"),
 )
 
@@ -37,10 +37,15 @@ def positive_decays(w: np.ndarray) -> np.ndarray:
 
 
 RWKV_RANGE_REGIMES = ("strong_decays", "weak_decays", "reset_and_keep")
+RANGE_REGIMES["rwkv6_wkv"] = RWKV_RANGE_REGIMES
+#: the decay multiplier that defines each RWKV6 regime (its first option)
+_DEFINING_DECAY = {"strong_decays": float(np.exp(reach.RANGE_LOG_DECAYS[0])), "weak_decays": float(np.exp(-1e-6)),
+                   "reset_and_keep": 0.0}
 
 
 @st.composite
-def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4, tier: str = ""):
+def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4, tier: str = "",
+               regime: str = ""):
     """A `rwkv6_wkv` call (RS-20): varlen with empty sequences, w in (0, 1). Long tiers: `edges` (the
     default of a long column), `tokens` (hundreds to thousands of tokens after a short leader, decays near
     1), `heads` (K, V of real RWKV-6 heads, 64, and past it); range: RWKV_RANGE_REGIMES (log decays
@@ -48,30 +53,39 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")
-    regime = draw(sampled_from(RWKV_RANGE_REGIMES)) if variant.range else ""
-    if tier == "edges":
+    regime = regime or (draw(sampled_from(RWKV_RANGE_REGIMES)) if variant.range else "")
+    if tier == "crossed":   # a range regime over several windows, dims not powers of two (crossed.py)
+        lengths, cu = crossed.lengths(draw, claims)
+    elif tier == "edges":
         # A third of the first sequences cross the 64-token window; shrinks towards 9 tokens.
         lengths, cu = _lengths(draw, min(max_seqs, 2), RWKV_LONG_MAX,
                                st.one_of(st.sampled_from(RWKV_LONG_EDGES), st.integers(65, RWKV_LONG_MAX),
                                          st.integers(0, RWKV_LONG_MAX)), claims)
     elif tier == "tokens":
         lengths, cu = _lead_and_long(draw, claims, "rwkv6_wkv")
-    elif tier == "heads":
+    elif tier == "sequences":
+        lengths, cu = _many_sequences(draw, claims, "rwkv6_wkv")
+    elif tier in ("heads", "num_heads"):
         lengths, cu = _lengths(draw, 1, 20, st.integers(1, 20), claims)
-    elif variant.range:     # fixed small shapes (recurrent_reach.RANGE_*)
+    elif variant.range:     # fixed small shapes (reach.RANGE_*)
         lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
     else:
-        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
+        # the slots tier: a first sequence of at least one token (a sequence of none moves no row)
+        lengths, cu = _lengths(draw, max_seqs, max_len, st.integers(1, max_len) if tier == "slots" else None, claims)
     seqs, tokens = len(lengths), int(cu[-1])
-    if "num_heads" in claims.limits:
+    if tier == "num_heads":
+        heads = reach.tier_dim(draw, claims, "num_heads", "rwkv6_wkv", "heads", costly=True)
+    elif "num_heads" in claims.limits:
         heads = _heads_over(draw, claims, 1)
-    elif tier in ("heads", "tokens") or variant.range:
+    elif tier in ("heads", "tokens", "crossed", "sequences") or variant.range:
         heads = 1
     else:
         heads = draw(st.integers(1, 2))
     if variant.range:
         dk = reach.dim(draw, claims, "key_dim", reach.RANGE_DIM, reach.RANGE_DIM)
         dv = reach.dim(draw, claims, "value_dim", reach.RANGE_DIM, reach.RANGE_DIM)
+    elif tier == "crossed":
+        dk, dv = crossed.odd_dim(draw, claims, "key_dim"), crossed.odd_dim(draw, claims, "value_dim")
     elif tier == "heads":
         dk = reach.reach_dim(draw, claims, "key_dim", reach.RWKV_HEAD_DIMS)
         dv = reach.reach_dim(draw, claims, "value_dim", reach.RWKV_HEAD_DIMS)
@@ -80,7 +94,7 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         dk, dv = reach.dim(draw, claims, "key_dim", 1, small), reach.dim(draw, claims, "value_dim", 1, small)
     if claims.limits.get("equal_key_value_dims") is True:
         dv = dk
-    idx, num_slots = _slots(draw, seqs, variant)
+    idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
     has_initial = _fresh(draw, seqs, variant)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
@@ -98,8 +112,11 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         w = _positive(rng, (tokens, heads, dk), act, min_exp=-3, max_exp=-1)
     if claims.limits.get("decays") == "positive":
         w = positive_decays(w)
+    if tier == "crossed":       # the regime's defining decay in every window past the first
+        w = crossed.spread(rng, w, cu, _DEFINING_DECAY[regime])
     arrays = dict(r=floats(rng, (tokens, heads, dk), act),
-                  k=floats(rng, (tokens, heads, dk), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1),
+                  k=floats(rng, (tokens, heads, dk), act,
+                           max_exp=reach.tokens_exponent(act) if tier in ("tokens", "crossed") else 1),
                   v=floats(rng, (tokens, heads, dv), act), w=w)
     regions = _padding_tokens(arrays, cu, idx, ("r", "k", "v", "w"))
     kw = {}
@@ -114,8 +131,7 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     params = dict(dtype=act, kv_dtype=pool_dtype, num_seqs=seqs, tokens=tokens, lengths=lengths,
                   num_heads=heads, key_dim=dk, value_dim=dv, num_slots=num_slots, variant=variant.name,
                   **conventions(claims))
-    if tier or regime:
-        params["tier" if tier else "regime"] = tier or regime
+    params.update({k: v for k, v in (("tier", tier), ("regime", regime)) if v})
     return Case("rwkv6_wkv", inputs, params, seed, poison=_named(regions, "state"))
 
 

@@ -12,14 +12,14 @@ from kvconform.reference.recurrent.selective_state import effective_dt
 
 from .. import constraints
 from ..values import floats, sampled_from, seeds
-from . import reach
-from .common import (_INDEXED, _PADDED, _RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, SSD_LONG_EDGES, SSD_LONG_MAX,
-                     Variant, _dtypes, _fresh, _heads_groups, _heads_over, _lead_and_long, _lengths, _named,
-                     _padding_tokens, _pool, _positive, _slots, _ssm_options, _ssm_params, _zero_live_rows,
-                     conventions)
+from . import crossed, reach
+from .common import (_INDEXED, _PADDED, _RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, RANGE_REGIMES, SSD_LONG_EDGES,
+                     SSD_LONG_MAX, Variant, _dtypes, _fresh, _heads_groups, _heads_over, _lead_and_long, _lengths,
+                     _many_sequences, _named, _padding_tokens, _pool, _positive, _slots, _ssm_options, _ssm_params,
+                     _zero_live_rows, conventions)
 from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen, _zero,
                        class_r, required_out_precision)
-from .ssu import SSM_RANGE_REGIMES, _ssm_range_values
+from .ssu import SSM_RANGE_REGIMES, _defining_dt, _ssm_range_values
 
 SSD_VARIANTS = (
     Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-14", "RS-16", "RS-17", "RS-18", "RS-37", "RS-38", "RS-39")),
@@ -27,14 +27,15 @@ SSD_VARIANTS = (
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
     Variant("snapshots", ("snapshots",), ("RS-19",)),
-    Variant("long", (), ("RS-17", "RS-18") + _REACH, reach="long"),
+    Variant("long", (), ("RS-17", "RS-18", "RS-44") + _REACH, reach="long"),
     Variant("range", (), ("RS-9", "RS-14", "RS-18") + _RANGE, reach="range"),
 )
+RANGE_REGIMES["ssd_chunked_scan"] = SSM_RANGE_REGIMES
 
 
 @st.composite
 def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, max_len: int = 4,
-              chunk_size: int | None = None, tier: str = ""):
+              chunk_size: int | None = None, tier: str = "", regime: str = ""):
     """An `ssd_chunked_scan` call (RS-17 … RS-19): varlen with empty sequences, chunk sizes 1 … 64. Long
     tiers: `edges` (the default of a long column), `tokens` (hundreds to thousands of tokens after a short
     leader, hints 16 … 256, decays near 1), `state` (N past 128); range: SSM_RANGE_REGIMES over one
@@ -42,8 +43,13 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     act, pool_dtype = _dtypes(draw, claims, variant)
     max_seqs = constraints.upper(claims, "max_num_seqs", max_seqs)
     tier = tier or ("edges" if variant.long else "")
-    regime = ""
-    if tier == "edges":
+    if tier == "crossed":   # a range regime over several chunks, dims not powers of two (crossed.py)
+        lengths, cu = crossed.lengths(draw, claims)
+        chunk = crossed.hint(draw, chunk_size)
+        groups = 1
+        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else reach.RANGE_HEADS
+        p, n = crossed.odd_dim(draw, claims, "head_dim"), crossed.odd_dim(draw, claims, "state_size")
+    elif tier == "edges":
         # The hint first, so that the first length may be a multiple of it ("T == chunk_size").
         chunk = chunk_size or draw(sampled_from(LONG_CHUNK_SIZES))
         # The first sequence crosses at least one 8-token chunk end; shrinks towards 9 tokens.
@@ -56,34 +62,42 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         heads = _heads_over(draw, claims, groups) if "num_heads" in claims.limits \
             else groups * draw(sampled_from((1, 2)))
         p, n = reach.dim(draw, claims, "head_dim", 1, 2), reach.dim(draw, claims, "state_size", 1, 2)
-    elif tier in ("tokens", "state"):
+    elif tier in ("tokens", "state", "sequences", "num_heads", "head_dim"):
         if tier == "tokens":
             lengths, cu = _lead_and_long(draw, claims, "ssd_chunked_scan")
             chunk = chunk_size or draw(sampled_from(reach.LONG_HINTS))
-            n = reach.dim(draw, claims, "state_size", 1, 2)
+        elif tier == "sequences":
+            lengths, cu = _many_sequences(draw, claims, "ssd_chunked_scan")
+            chunk = chunk_size or draw(sampled_from((16, 8, 64)))
         else:
             lengths, cu = _lengths(draw, 1, 20, st.integers(9, 20), claims)
             chunk = chunk_size or draw(sampled_from((16, 8, 64)))
-            n = reach.reach_dim(draw, claims, "state_size", reach.STATE_SIZES)
+        n = reach.reach_dim(draw, claims, "state_size", reach.STATE_SIZES) if tier == "state" \
+            else reach.dim(draw, claims, "state_size", 1, 2)
         groups = 1
-        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else 1
-        p = reach.dim(draw, claims, "head_dim", 1, 2)
-    elif variant.range:     # fixed small shapes: one sequence, one chunk (recurrent_reach.RANGE_*)
+        if tier == "num_heads":
+            heads = reach.tier_dim(draw, claims, "num_heads", "ssd_chunked_scan", "heads", costly=True)
+        else:
+            heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else 1
+        p = reach.tier_dim(draw, claims, "head_dim", "ssd_chunked_scan", "head_dim") if tier == "head_dim" \
+            else reach.dim(draw, claims, "head_dim", 1, 2)
+    elif variant.range:     # fixed small shapes: one sequence, one chunk (reach.RANGE_*)
         lengths, cu = _lengths(draw, 1, reach.RANGE_TOKENS, st.just(reach.RANGE_TOKENS), claims)
-        regime = draw(sampled_from(SSM_RANGE_REGIMES))
+        regime = regime or draw(sampled_from(SSM_RANGE_REGIMES))
         groups = 1
         heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else reach.RANGE_HEADS
         p = reach.dim(draw, claims, "head_dim", reach.RANGE_DIM, reach.RANGE_DIM)
         n = reach.dim(draw, claims, "state_size", reach.RANGE_DIM, reach.RANGE_DIM)
         chunk = chunk_size or reach.RANGE_TOKENS
     else:
-        lengths, cu = _lengths(draw, max_seqs, max_len, claims=claims)
+        # the slots tier: a first sequence of at least one token (a sequence of none moves no row)
+        lengths, cu = _lengths(draw, max_seqs, max_len, st.integers(1, max_len) if tier == "slots" else None, claims)
         heads, groups = _heads_groups(draw, claims)
         p = reach.dim(draw, claims, "head_dim", 1, 2)
         n = reach.dim(draw, claims, "state_size", 1, 3)
         chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     seqs, tokens = len(lengths), int(cu[-1])
-    idx, num_slots = _slots(draw, seqs, variant)
+    idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
     has_initial = _fresh(draw, seqs, variant)
     snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
     seed = draw(seeds)
@@ -91,6 +105,8 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims, softplus_first=variant.range)
     if regime:
         dt, A = _ssm_range_values(rng, regime, (tokens, heads), (heads,), act, kw["dt_softplus"])
+        if tier == "crossed" and regime not in ("decays", "grown"):   # its dt in every chunk past the first
+            dt = crossed.spread(rng, dt, cu, _defining_dt(regime, act, kw["dt_softplus"]))
     elif tier == "tokens":
         # decays near 1 (|dt' A| <= 2.6 * 2^-8 per token): the state grows over hundreds of tokens
         dt = _positive(rng, (tokens, heads), act, min_exp=-4, max_exp=0)
@@ -98,9 +114,10 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     else:
         dt = _positive(rng, (tokens, heads), act, max_exp=0)
         A = -_positive(rng, (heads,), act, max_exp=0)
-    arrays = dict(x=floats(rng, (tokens, heads, p), act, max_exp=reach.tokens_exponent(act) if tier == "tokens" else 1),
-                  dt=dt,
-                  B=floats(rng, (tokens, groups, n), act), C=floats(rng, (tokens, groups, n), act))
+    small = reach.tokens_exponent(act) if tier in ("tokens", "crossed") else 1   # float16 outputs stay finite
+    arrays = dict(x=floats(rng, (tokens, heads, p), act, max_exp=small), dt=dt,
+                  B=floats(rng, (tokens, groups, n), act, max_exp=small if tier == "crossed" else 1),
+                  C=floats(rng, (tokens, groups, n), act))
     if "z" in kw:
         arrays["z"] = kw.pop("z")
     state, regions = _pool(rng, (num_slots, heads, p, n), pool_dtype, idx, seqs,
@@ -122,8 +139,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
                   num_heads=heads, num_groups=groups, head_dim=p, state_size=n, chunk_size=chunk,
                   num_slots=num_slots, num_snapshots=snaps, variant=variant.name,
                   **_ssm_params(dict(kw, z=arrays.get("z"))), **conventions(claims))
-    if tier or regime:
-        params["tier" if tier else "regime"] = tier or regime
+    params.update({k: v for k, v in (("tier", tier), ("regime", regime)) if v})
     return Case("ssd_chunked_scan", inputs, params, seed, poison=_named(regions, "state"))
 
 

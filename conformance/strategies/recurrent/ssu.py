@@ -32,7 +32,7 @@ SSM_RANGE_REGIMES = ("softplus_linear", "softplus_negative", "softplus_threshold
 
 
 def _ssm_range_values(rng, regime: str, dt_shape, a_shape, act: str, softplus: bool):
-    """dt (raw, before dt_bias and softplus) and A of one SSM range regime (recurrent_reach RANGE_*):
+    """dt (raw, before dt_bias and softplus) and A of one SSM range regime (reach.RANGE_*):
     dt' far into softplus's linear region (decays that underflow), tiny dt' (log1p, not log(1 + exp)),
     around the threshold, decays at exactly 1 (A = 0) and near 0 (A = -16, Mamba's largest -exp(A_log)),
     or ordinary steps on grown states. Without softplus dt' = dt: the negative regime draws tiny dt
@@ -53,6 +53,15 @@ def _ssm_range_values(rng, regime: str, dt_shape, a_shape, act: str, softplus: b
     return dt, A
 
 
+def _defining_dt(regime: str, act: str, softplus: bool) -> float:
+    """The raw dt that defines a dt regime of _ssm_range_values (its first option)."""
+    if regime == "softplus_linear":
+        return reach.dt_linear(act)[0]
+    if regime == "softplus_negative":
+        return reach.RANGE_DT_NEGATIVE[0] if softplus else 2.0 ** -30
+    return reach.RANGE_DT_THRESHOLD[0]
+
+
 @st.composite
 def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     """A `selective_state_update` call (RS-14 … RS-16): Mamba1, or Mamba2 in the mamba2 column (and in
@@ -62,8 +71,10 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     mamba2 = "mamba2" in variant.features or (
         variant.features and "mamba2" in claims.features and draw(st.booleans())) or (
         variant.reach and "mamba2" in claims.features and draw(st.booleans()))
+    if tier == "mamba1_channels" or (tier in ("num_heads", "head_dim") and "mamba2" in claims.features):
+        mamba2 = tier != "mamba1_channels"     # the dimension tiers: Mamba1's channels, Mamba2's H and P
     max_rows = constraints.upper(claims, "max_num_seqs", 3)
-    fixed = variant.range                      # range cases: fixed small shapes (recurrent_reach.RANGE_*)
+    fixed = variant.range                      # range cases: fixed small shapes (reach.RANGE_*)
     if tier == "rows":
         rows = reach.reach_dim(draw, claims, "max_num_seqs", reach.DECODE_ROWS)
     elif fixed:
@@ -76,22 +87,30 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         n = reach.dim(draw, claims, "state_size", reach.RANGE_DIM, reach.RANGE_DIM)
     else:
         n = reach.dim(draw, claims, "state_size", 1, 3 if not tier else 2)
-    idx, num_slots = _slots(draw, rows, variant, claims if tier == "rows" else None)
+    idx, num_slots = _slots(draw, rows, variant, claims if tier in ("rows", "slots") else None, tier=tier)
     regime = draw(sampled_from(SSM_RANGE_REGIMES)) if variant.range else ""
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     if mamba2:
         if tier or fixed:
             groups = 1
-            heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else (
-                reach.RANGE_HEADS if fixed else 1 if tier == "rows" else draw(st.integers(1, 2)))
+            if tier == "num_heads":
+                heads = reach.tier_dim(draw, claims, "num_heads", "selective_state_update", "heads", costly=True)
+            else:
+                heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else (
+                    reach.RANGE_HEADS if fixed else 1 if tier == "rows" else draw(st.integers(1, 2)))
         else:
             heads, groups = _heads_groups(draw, claims)
-        p = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2)))
+        p = reach.tier_dim(draw, claims, "head_dim", "selective_state_update", "head_dim") if tier == "head_dim" \
+            else reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2)))
         state_shape, tok, hs, bc = (num_slots, heads, p, n), (rows, heads, p), (heads,), (rows, groups, n)
         dt_shape = (rows, heads)
     else:
-        dim = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2 if tier else 4)))
+        if tier in ("mamba1_channels", "head_dim"):
+            dim = reach.tier_dim(draw, claims, "head_dim", "selective_state_update",
+                                 "channels" if tier == "mamba1_channels" else "head_dim")
+        else:
+            dim = reach.dim(draw, claims, "head_dim", *((reach.RANGE_DIM,) * 2 if fixed else (1, 2 if tier else 4)))
         heads, groups, p = 1, 1, dim
         state_shape, tok, hs, bc = (num_slots, dim, n), (rows, dim), (dim,), (rows, n)
         dt_shape = (rows, dim)

@@ -12,7 +12,7 @@ are small (2 … 4 slots; a conv row [C, W-1] with C <= 2, W-1 <= 3; an SSM row 
 dimensions <= 2) and there may be more sequence ids (up to 6) than slots, so allocations can run out.
 Rows hold random finite bit patterns; rows written by restore/rollback are drawn the same way.
 
-Reach (recurrent_reach.py): the `long` column's tier `rows` ends with one assignment of hundreds of
+Reach (reach.py): the `long` column's tier `rows` ends with one assignment of hundreds of
 sequences (fresh ones, kept ones and copies on write) over a pool of hundreds of slots; tier `state`
 draws rows of real sizes (a conv row of 257+ channels, an SSM row of N past 128). The `range` column's rows
 (and the rows a restore or rollback writes) hold the edges of the pool format: +-0.0, subnormals, the
@@ -47,6 +47,8 @@ STORE_VARIANTS = (Variant("base", (), STORE_CLAUSES),
                   Variant("long", (), ("RS-22", "RS-42"), reach="long"),
                   Variant("range", (), ("RS-22", "RS-25", "RS-26", "RS-43", "NU-R5"), reach="range"))
 MAX_SEQS = 6
+#: the `state` tier's SSM rows: the registry's leading row axis (Mamba1 channels, Mamba2 heads) up to 512
+STORE_ROW_BUDGET = 512
 #: the arguments each command reads (besides the state); the case holds only these
 COMMAND_ARGS = {"assign": ("seq_ids", "num_tokens"), "copy": ("src", "dst"), "remove": ("seq",),
                 "keep": ("seq",), "checkpoint": ("seq",), "restore": ("seq", "saved_pos", "saved_conv", "saved_ssm"),
@@ -72,9 +74,10 @@ def empty_state(draw, claims: OpClaims, *, tier: str = "", special: bool = False
     conv_dtype, ssm_dtype = pool_dtypes(draw, claims)
     num_slots = draw(st.integers(2, 4))
     max_seqs = draw(st.integers(1, MAX_SEQS))
-    if tier == "state":
+    if tier == "state":     # conv rows past 256 channels; SSM rows past 128 (d_state) and 256 (leading axis)
         conv_row = (draw(sampled_from(reach.CONV_CHANNELS)), 3)                           # [C, W-1]
-        ssm_row = (draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(sampled_from(reach.STATE_SIZES)))
+        ssm_row = (draw(sampled_from(reach.registry_reach(OP, "ssm_row", STORE_ROW_BUDGET))), draw(st.integers(1, 2)),
+                   draw(sampled_from(reach.STATE_SIZES)))
     else:
         conv_row = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))                 # [C, W-1]
         ssm_row = tuple(draw(st.lists(st.integers(1, 2), min_size=2, max_size=3)))    # [D, N] | [H, P, N]
@@ -191,7 +194,7 @@ def many_sequences_case(draw, claims: OpClaims) -> Case:
     """The `rows` tier: B (hundreds) sequences in one assignment over B + 16 slots: half of them already
     hold state, two share a slot with another (copy on write), the rest are fresh (zeroed rows)."""
     conv_dtype, ssm_dtype = pool_dtypes(draw, claims)
-    batch = draw(sampled_from(reach.DECODE_ROWS))
+    batch = draw(sampled_from(reach.STORE_ROWS))
     num_slots, kept = batch + 16, batch // 2
     rng = np.random.default_rng(draw(seeds))
     meta = reference.new_store(batch + 8)
@@ -207,12 +210,31 @@ def many_sequences_case(draw, claims: OpClaims) -> Case:
 
 
 @st.composite
+def far_slots_case(draw, claims: OpClaims) -> Case:
+    """The `slots` tier: a pool of reach.FAR_SLOTS slots (rows of one element) whose live
+    sequences hold slots 65539, 65536 and 5 (a state the store reaches after enough assignments and
+    removals), then one valid command: slot ids past 2^16 in seq_slot and in what the command moves."""
+    conv_dtype, ssm_dtype = pool_dtypes(draw, claims)
+    rng = np.random.default_rng(draw(seeds))
+    slots = reach.FAR_SLOTS
+    seq_slot = np.array([slots - 1, 2 ** 16, 5, -1], dtype=np.int64)[np.asarray(draw(st.permutations(range(4))))]
+    seq_pos = np.where(seq_slot >= 0, rng.integers(1, 4, size=4), 0).astype(np.int64)
+    state = dict(seq_slot=seq_slot, seq_pos=seq_pos, conv_pool=floats(rng, (slots, 1, 1), conv_dtype),
+                 ssm_pool=floats(rng, (slots, 1, 1), ssm_dtype))
+    cmd = draw(commands(state))
+    assume(step(state, cmd) is not None)
+    return step_case(state, cmd, tier="slots")
+
+
+@st.composite
 def store_step_cases(draw, claims: OpClaims, variant=STORE_VARIANTS[0], *, tier: str = ""):
     """A drawn history, then one valid command: any command for the `base` column, else the command the
     variant is named after (`command_variant`, used by the errors layer); the long tiers and the range
     column (module docstring)."""
     if tier == "rows":
         return draw(many_sequences_case(claims))
+    if tier == "slots":
+        return draw(far_slots_case(claims))
     special = variant.range
     state = draw(history(claims, tier=tier, special=special))
     only = variant.name if variant.name in COMMAND_ARGS else None
