@@ -1,5 +1,5 @@
 """Mutants of the recurrent family that need BOTH a size threshold and a value regime (issue "Reach by
-principle"; spec/recurrent.md RS-44): a long sequence alone (tame values) and the range column alone (one
+principle"; spec/recurrent.md RS-45): a long sequence alone (tame values) and the range column alone (one
 short chunk) pass each of them; the `crossed` tier of the long column (range regimes over several chunks,
 strategies/recurrent_crossed.py) and, for the slot ids, the `slots` tier are what catch them.
 

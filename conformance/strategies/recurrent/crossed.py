@@ -1,5 +1,5 @@
 """Value regimes crossed with size reach: the `crossed` tier of the recurrent `long` columns
-(spec/recurrent.md RS-44).
+(spec/recurrent.md RS-45).
 
 The `range` column draws the values where kernels lose range (steep and exactly-zero decays, gates at 0
 and 1, tiny decays, grown states, softplus far from its threshold) over ONE short chunk, and the `tokens`

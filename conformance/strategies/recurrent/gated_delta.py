@@ -59,7 +59,7 @@ GDN_CHUNKED_VARIANTS = (
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED + ("RS-32",)),
     Variant("initial_states", ("initial_states",), ("RS-5", "RS-32")),
     Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
-    Variant("long", (), ("RS-17", "RS-32", "RS-33", "RS-44") + _REACH, reach="long"),
+    Variant("long", (), ("RS-17", "RS-32", "RS-33", "RS-45") + _REACH, reach="long"),
     Variant("range", (), ("RS-32", "RS-33", "RS-35") + _RANGE, reach="range"),
 )
 TOKEN_INPUTS = ("q", "k", "v", "g", "beta")

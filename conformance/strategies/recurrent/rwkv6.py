@@ -23,7 +23,7 @@ RWKV_VARIANTS = (
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
-    Variant("long", (), ("RS-17", "RS-20", "RS-44") + _REACH, reach="long"),
+    Variant("long", (), ("RS-17", "RS-20", "RS-45") + _REACH, reach="long"),
     Variant("range", (), ("RS-20",) + _RANGE, reach="range"),
 )
 

@@ -27,7 +27,7 @@ SSD_VARIANTS = (
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
     Variant("snapshots", ("snapshots",), ("RS-19",)),
-    Variant("long", (), ("RS-17", "RS-18", "RS-44") + _REACH, reach="long"),
+    Variant("long", (), ("RS-17", "RS-18", "RS-45") + _REACH, reach="long"),
     Variant("range", (), ("RS-9", "RS-14", "RS-18") + _RANGE, reach="range"),
 )
 RANGE_REGIMES["ssd_chunked_scan"] = SSM_RANGE_REGIMES
