@@ -178,7 +178,9 @@ def test_every_registered_feature_is_read_by_a_strategy():
     import inspect
     import pkgutil
     from kvconform.conformance import strategies
-    modules = [importlib.import_module(f"{strategies.__name__}.{m.name}") for m in pkgutil.iter_modules(strategies.__path__)]
+    # every module, those of sub-packages (strategies/recurrent/, models/, scale/) included
+    modules = [importlib.import_module(m.name)
+               for m in pkgutil.walk_packages(strategies.__path__, prefix=f"{strategies.__name__}.")]
     source = "".join(inspect.getsource(m) for m in modules)
     for op, names in FEATURES.items():
         for name in names:
