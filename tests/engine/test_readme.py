@@ -7,9 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-import importlib
-
-cli = importlib.import_module("kvconform.conformance.cli.main")   # the parser (the package exports main())
+from kvconform.conformance.cli import parser as cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "ci" / "bootstrap.py"
