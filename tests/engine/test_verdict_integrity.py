@@ -178,7 +178,7 @@ def test_every_registered_feature_is_read_by_a_strategy():
     import inspect
     import pkgutil
     from kvconform.conformance import strategies
-    # every module of the package, subpackages included (strategies/recurrent/ holds one module per op)
+    # every module, those of sub-packages (strategies/recurrent/, models/, scale/) included
     modules = [importlib.import_module(m.name)
                for m in pkgutil.walk_packages(strategies.__path__, prefix=f"{strategies.__name__}.")]
     source = "".join(inspect.getsource(m) for m in modules)
