@@ -183,24 +183,6 @@ def test_the_checks_can_fail():
     assert "kvconform.conformance.engine.case" in GRAPH["kvconform.conformance.harness.core"]
 
 
-@pytest.mark.parametrize("entry", ["kvconform", "kvconform.conformance.cli"])
-def test_entry_points_import_no_heavy_framework(entry):
-    """`import kvconform` and the CLI's start (its --help) load neither a test framework nor a backend
-    framework: torch, jax, triton, hypothesis and pytest come in only with the command that uses them."""
-    import subprocess
-    import sys
-    code = (f"import sys, {entry}\n"
-            "heavy = sorted(m for m in ('torch', 'jax', 'triton', 'hypothesis', 'pytest') if m in sys.modules)\n"
-            "print(','.join(heavy))")
-    if entry.endswith("cli"):
-        code = code.replace(f"import sys, {entry}\n", "import sys\nfrom kvconform.conformance.cli import main\n"
-                            "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n"
-                            "    main(['--help'])\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "", f"{entry} imported {proc.stdout.strip()}"
-
-
 def test_old_module_paths_still_import_with_a_deprecation_warning():
     """A module that moved into a layer keeps its old path (kvconform.conformance.MOVED): the same module
     object, and a DeprecationWarning that names the new path."""
