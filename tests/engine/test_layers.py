@@ -48,7 +48,6 @@ LONG_MODULES: dict[str, str] = {
     "conformance/strategies/paged_attention.py": "not split yet",
     "conformance/suite/test_paged_attention.py": "not split yet",
     "conformance/suite/test_rotation.py": "not split yet",
-    "conformance/suite/test_recurrent.py": "not split yet",
     "conformance/suite/test_metadata.py": "not split yet",
 }
 
