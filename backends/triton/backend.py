@@ -224,7 +224,7 @@ class TritonBackend(Backend):
         """Keys from which decode batches use split-KV (claimed as the limit split_kv_min_keys)."""
         if self.split_min_kv is not None:
             return self.split_min_kv
-        from .paged_attention import split_threshold
+        from .attention_launch import split_threshold
         return split_threshold(interpret)
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):

@@ -29,7 +29,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from .attention_tiles import soft_cap  # noqa: E402  one soft-cap formula for both attention kernels
-from .paged_attention import attention_dot_dtype, combine_kernel  # noqa: E402
+from .attention_launch import attention_dot_dtype  # noqa: E402
+from .paged_attention import combine_kernel  # noqa: E402
 
 
 @triton.jit

@@ -10,7 +10,7 @@ time measured in the same run:
   prefill (paged_prefill.prefill_kernel): rows per tile (block_q x GROUP_PAD), block_n, num_warps, num_stages;
   decode / decode_b1 (the decode kernel): block_n, num_splits, num_warps, num_stages;
   mla: block_h, block_n, num_splits, num_warps, num_stages.
-The launch rules (paged_attention.launch_defaults, mla.launch_defaults) take their constants from these
+The launch rules (attention_launch.launch_defaults, mla.launch_defaults) take their constants from these
 tables; benchmarks/triton/results/ keeps the runs. Every row is also appended to OUT.jsonl as it is timed,
 so a sweep cut off by a time limit keeps what it measured.
 """

@@ -42,7 +42,6 @@ LONG_MODULES: dict[str, str] = {
     "backends/base.py": "not split yet",
     "backends/pallas/backend.py": "not split yet",
     "backends/triton/backend.py": "not split yet",
-    "backends/triton/paged_attention.py": "not split yet",
     "conformance/strategies/metadata.py": "not split yet",
     "conformance/strategies/rotation.py": "not split yet",
     "conformance/strategies/paged_attention.py": "not split yet",
