@@ -21,15 +21,8 @@ from kvconform.reference.paged_attention import AttentionOutput, validate_ragged
 from kvconform.reference.rotation import validate_rotate_keys, validate_shift_keys
 
 from . import _runtime
+from .claims import ACT_DTYPES, KV_DTYPES, claims
 from .convert import metadata, to_numpy, to_torch
-
-_ACT = ("float32", "float16", "bfloat16")
-_KV = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "int8")
-#: recurrent activations (RS-6). Not float64: the kernels compute and return float32, and an output narrower
-#: than the activations fails NU-3 (claiming float64 would claim a precision the kernels do not deliver).
-_REC_ACT = ("float32", "float16", "bfloat16")
-_REC_POOL = ("float32",)   # recurrent pools: float64 pools run, but float32 math misses NU-R2 at n = 1
-
 
 class TritonBackend(Backend):
     name = "triton"
@@ -47,63 +40,7 @@ class TritonBackend(Backend):
         return Availability(ok=rt.ok, reason=rt.reason, device=rt.description, native=rt.ok and not rt.interpret)
 
     def capabilities(self) -> dict[str, OpClaims]:
-        return {
-            "ragged_paged_attention": OpClaims(
-                dtypes=_ACT, kv_dtypes=_KV, page_sizes=None, head_dims=None,
-                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "return_scores", "gqa",
-                          "per_head_scales", "per_token_scales"),
-                limits={"split_kv_min_keys": self._split_threshold(_runtime.configure().interpret)}),
-            # MD-23: the same kernels reading the CSR page table in place (constexpr CSR); no scores
-            "ragged_paged_attention_csr": OpClaims(
-                dtypes=_ACT, kv_dtypes=_KV, page_sizes=None, head_dims=None,
-                features=("sliding_window", "soft_cap", "sinks", "quantized_kv", "gqa",
-                          "per_head_scales", "per_token_scales"),
-                limits={"split_kv_min_keys": self._split_threshold(_runtime.configure().interpret)}),
-            # MD-7, MD-10: one slot-mapping kernel over separate arrays or the packed arena read in place
-            "append_slot_mapping": OpClaims(dtypes=("int32",), kv_dtypes=("int32",)),
-            "slot_mapping_from_arena": OpClaims(dtypes=("int32",), kv_dtypes=("uint8",)),
-            "write_kv": OpClaims(
-                dtypes=_ACT + ("float64",), kv_dtypes=_KV, page_sizes=None, head_dims=None,
-                features=("quantized_kv", "per_head_scales", "per_token_scales")),
-            "rotate_keys": OpClaims(
-                dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None, layouts=("half", "interleaved"),
-                features=("per_token_deltas", "per_block_deltas", "partial_rotary")),
-            "shift_keys": OpClaims(
-                dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None, layouts=("half", "interleaved"),
-                features=("per_token_deltas", "per_block_deltas", "partial_rotary", "negative_deltas")),
-            # Eviction (EV-*): float64 accumulation and exact selection on device; any float step_scores /
-            # acc dtype is upcast exactly to float64 before the kernels (so NU-EV2's bit-exact class applies).
-            "accumulate_scores": OpClaims(dtypes=dtypes.FLOAT_DTYPE_NAMES),
-            "plan_eviction": OpClaims(dtypes=dtypes.FLOAT_DTYPE_NAMES, page_sizes=None),
-            # Recurrent (RS-*): float32 math in the kernels; pools float32/float64 (RS-6), rows read and
-            # written in place on a copy; conv windows copied in the pool dtype (exact, NU-R1).
-            "causal_conv1d_update": OpClaims(
-                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
-                features=("state_indices", "padding_slots", "multi_token", "bias", "silu")),
-            "selective_state_update": OpClaims(
-                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
-                features=("state_indices", "padding_slots", "mamba2", "dt_bias", "dt_softplus", "skip_d",
-                          "z_gate", "grouped_bc")),
-            "ssd_chunked_scan": OpClaims(
-                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
-                features=("state_indices", "padding_slots", "initial_states", "snapshots", "dt_bias",
-                          "dt_softplus", "skip_d", "z_gate", "grouped_bc")),
-            "rwkv6_wkv": OpClaims(
-                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
-                features=("state_indices", "padding_slots", "initial_states")),
-            # Gated delta rule (RS-28 .. RS-33): float32 math; the chunked kernel is the WY/UT form.
-            "gated_delta_rule_update": OpClaims(
-                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
-                features=("state_indices", "padding_slots", "qk_l2norm")),
-            "gated_delta_rule_chunked": OpClaims(
-                dtypes=_REC_ACT, kv_dtypes=_REC_POOL,
-                features=("state_indices", "padding_slots", "initial_states", "qk_l2norm")),
-            # the store moves bits (32-bit words), so float64 pools are exact too (RS-22, RS-25, RS-26)
-            "recurrent_store_step": OpClaims(dtypes=("float32", "float64"), kv_dtypes=("float32", "float64")),
-            # Latent attention (ML-*): one program per query row, all heads, so decode and prefill alike
-            "mla_paged_attention": OpClaims(dtypes=_ACT, kv_dtypes=_ACT, page_sizes=None, head_dims=None,
-                                            features=("sliding_window", "soft_cap", "sinks")),
-        }
+        return claims(self._split_threshold(_runtime.configure().interpret))
 
     # ---------------------------------------------------------------------------------------------
     def _rt(self):
@@ -202,8 +139,8 @@ class TritonBackend(Backend):
         rt = self._rt()
         for name, arr in (("q_nope", q_nope), ("q_pe", q_pe), ("c_kv_pages", c_kv_pages), ("k_pe_pages", k_pe_pages)):
             dn = dtypes.dtype_name(np.asarray(arr).dtype)
-            if dn not in _ACT:
-                raise TypeError(f"{name} dtype {dn} is not supported by the triton backend (supported: {', '.join(_ACT)})")
+            if dn not in ACT_DTYPES:
+                raise TypeError(f"{name} dtype {dn} is not supported by the triton backend (supported: {', '.join(ACT_DTYPES)})")
         from . import mla as kern
         import torch
         dev, a = rt.device, call.attention
@@ -230,7 +167,7 @@ class TritonBackend(Backend):
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
         call = validate_write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
         kn = dtypes.dtype_name(call.k_pages.dtype)
-        if kn not in _KV:
+        if kn not in KV_DTYPES:
             raise TypeError(f"k_pages dtype {kn} is not supported by the triton backend")
         rt = self._rt()
         from . import kv_write as kern
@@ -258,9 +195,9 @@ class TritonBackend(Backend):
 
     def _rotate(self, k_pages, indices, deltas, rotary_dim, layout, *, trig_lut=None, inv_freq=None):
         name = dtypes.dtype_name(np.asarray(k_pages).dtype)
-        if name not in _ACT:
+        if name not in ACT_DTYPES:
             raise TypeError(f"k_pages dtype {name} is not supported by the triton backend rotation "
-                            f"(supported: {', '.join(_ACT)})")
+                            f"(supported: {', '.join(ACT_DTYPES)})")
         rt = self._rt()
         from . import rotation as kern
         dev = rt.device
@@ -368,11 +305,11 @@ def _f64(original, upcast: np.ndarray, dev):
 
 def _check_dtypes(q, k_pages) -> None:
     qn, kn = dtypes.dtype_name(np.asarray(q).dtype), dtypes.dtype_name(np.asarray(k_pages).dtype)
-    if qn not in _ACT:
-        raise TypeError(f"q dtype {qn} is not supported by the triton backend (supported: {', '.join(_ACT)})")
-    if kn not in _KV:
+    if qn not in ACT_DTYPES:
+        raise TypeError(f"q dtype {qn} is not supported by the triton backend (supported: {', '.join(ACT_DTYPES)})")
+    if kn not in KV_DTYPES:
         raise TypeError(f"k_pages dtype {kn} is not supported by the triton backend "
-                        f"(supported: {', '.join(_KV)})")
+                        f"(supported: {', '.join(KV_DTYPES)})")
 
 
 def _sm_count(rt) -> int | None:

@@ -40,7 +40,6 @@ MAX_LINES = 400
 #: one spec file whose tests are one table of clauses)
 LONG_MODULES: dict[str, str] = {
     "backends/base.py": "not split yet",
-    "backends/triton/backend.py": "not split yet",
     "conformance/strategies/metadata.py": "not split yet",
     "conformance/strategies/rotation.py": "not split yet",
     "conformance/strategies/paged_attention.py": "not split yet",
