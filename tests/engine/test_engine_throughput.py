@@ -42,7 +42,7 @@ def test_every_result_says_where_its_seconds_went(cli, tmp_path):
 def test_jobs_keep_each_module_and_backend_in_one_process(cli, tmp_path):
     out = tmp_path / "out"
     # write_kv's tests live in test_paged_attention.py and (its state machine) test_paged_attention_properties.py,
-    # shift_keys's in test_rotation.py, both strided columns in test_strided.py
+    # shift_keys's in test_rotation.py and test_rotation_properties.py, both strided columns in test_strided.py
     proc = cli("run", "--backend", "numpy", "--ops", "write_kv,shift_keys", "--profile", "quick",
                "--jobs", "2", "--progress", "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-2000:]
@@ -50,7 +50,7 @@ def test_jobs_keep_each_module_and_backend_in_one_process(cli, tmp_path):
     workers = defaultdict(set)
     for r in _records(cli, out):
         workers[r["id"].split("::")[0]].add(r["worker"])
-    assert len(workers) == 4, dict(workers)
+    assert len(workers) == 5, dict(workers)
     assert all(len(w) == 1 for w in workers.values()), dict(workers)
     assert set.union(*workers.values()) == {"gw0", "gw1"}, "both processes should get a module"
 

@@ -43,7 +43,6 @@ LONG_MODULES: dict[str, str] = {
     "conformance/strategies/metadata.py": "not split yet",
     "conformance/strategies/rotation.py": "not split yet",
     "conformance/strategies/paged_attention.py": "not split yet",
-    "conformance/suite/test_rotation.py": "not split yet",
     "conformance/suite/test_metadata.py": "not split yet",
 }
 
