@@ -60,6 +60,9 @@ def _attention(q: str, pages: tuple[str, ...], dim_axes: tuple[str, ...], cu: st
         Dimension("kv_heads", (f"{k}[2]", f"{v}[2]", "k_scale[0]/1", "v_scale[0]/1", "k_scale[2]/3",
                                "v_scale[2]/3"), *src.KV_HEADS, small_max=32, kind="first_tile",
                   first_tile=(f"{k}[2]", f"{v}[2]"), why_kind=_LOOP),
+        Dimension("group", (), *src.GROUP, small_max=64,
+                  no_mutant="q_heads / kv_heads, no axis of its own: the q_heads mutants with one KV head (the "
+                            "reach_q_heads column draws MQA, group = q_heads) are its threshold mutants"),
         Dimension("head_dim", dim_axes, *src.HEAD_DIM, small_max=16, unwritten=("out[2]",), why_kind=_GRID),
         Dimension("window", ("sliding_window",), *src.WINDOW, small_max=64, kind="dropped",
                   dropped=("sliding_window",), why_kind="a window clipped to T keys"),

@@ -69,22 +69,25 @@ def attention_shape(draw, claims: OpClaims, op: str, name: str) -> dict:
     small_pages = constraints.allowed(claims, "page_size", claims.page_sizes or (2, 1, 4))
     page_size = min(small_pages)
     head_dim = min(constraints.allowed(claims, "head_dim", claims.head_dims or (4, 8)))
-    shape = dict(page_size=page_size, head_dim=head_dim, hkv=1, group=1, q_lens=[1], kv_lens=[3], pool=0,
+    row = next((q for q in (1, 2, 3, 4) if ok("q_len")(q)), None)    # query rows of a short sequence
+    if row is None:
+        pytest.skip(f"unsupported: no query-row count of 1..4 within q_len {limits.get('q_len')}")
+    shape = dict(page_size=page_size, head_dim=head_dim, hkv=1, group=1, q_lens=[row], kv_lens=[row + 2], pool=0,
                  window=None)
     if name == "tokens":
         # n rows as prefills of at most PREFILL_ROWS rows each (the rows past T exist; a kernel's cost stays
         # rows x keys of short sequences: one 300-row prefill took an interpreted MLA kernel 103 s)
-        chunk = PREFILL_ROWS if ok("q_len")(PREFILL_ROWS) else 1
+        chunk = PREFILL_ROWS if ok("q_len")(PREFILL_ROWS) else row
         n = pick_size(draw, op, name, lambda n: ok("max_num_seqs")(-(-n // chunk)))
-        q_lens = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+        q_lens = [chunk] * (n // chunk) + ([n % chunk] if n % chunk and ok("q_len")(n % chunk) else [])
         shape.update(q_lens=q_lens, kv_lens=list(q_lens))
     elif name == "sequences":
         n = pick_size(draw, op, name, ok("max_num_seqs"))
-        shape.update(q_lens=[1] * n, kv_lens=[1 + i % 3 for i in range(n)])
+        shape.update(q_lens=[row] * n, kv_lens=[row + i % 3 for i in range(n)])
     elif name == "pages_per_seq":
         n = pick_size(draw, op, name, lambda n: ok("max_pages")(n + 1))
         page_size = min(p for p in small_pages)
-        shape.update(page_size=page_size, kv_lens=[n * page_size - (page_size > 1)])
+        shape.update(page_size=page_size, kv_lens=[max(row, n * page_size - (page_size > 1))])
     elif name == "keys":
         n = pick_size(draw, op, name, ok("max_kv_len"))
         shape.update(kv_lens=[n])
@@ -94,7 +97,7 @@ def attention_shape(draw, claims: OpClaims, op: str, name: str) -> dict:
         shape.update(page_size=n, kv_lens=[n + n // 2 + 1])
     elif name in ("pool_pages", "table_pages"):
         n = pick_size(draw, op, "pool_pages", ok("max_pages"))
-        shape.update(pool=n, kv_lens=[3 * page_size])
+        shape.update(pool=n, kv_lens=[max(row, 3 * page_size)])
     elif name == "q_heads":
         n = pick_size(draw, op, name, lambda n: ok("num_q_heads")(n) and ok("group_size")(n))
         if n > 1 and "gqa" not in claims.features:
@@ -112,7 +115,7 @@ def attention_shape(draw, claims: OpClaims, op: str, name: str) -> dict:
         if "sliding_window" not in claims.features:
             pytest.skip("unsupported: the reach_window column needs the sliding_window feature")
         n = pick_size(draw, op, name, lambda n: ok("max_kv_len")(n + n // 2))
-        shape.update(window=n, kv_lens=[n + n // 2], q_lens=[2])
+        shape.update(window=n, kv_lens=[n + n // 2], q_lens=[2 if ok("q_len")(2) else row])
     elif name not in ("latent_dim", "rope_dim"):    # MLA's: the caller sizes head_dim = d_c + d_r
         raise ValueError(f"no attention shape for dimension {name!r} of {op}")
     return shape
