@@ -83,8 +83,9 @@ def _packed(tokens: tuple[str, ...], pool: str) -> tuple[Dimension, ...]:
                   no_mutant="a sequence's tokens are a slice of the packed tokens: the tokens mutants leave "
                             "those past T unwritten, and the kernel's chunk loop is planted by hand (chunk "
                             "carry past 8 / 64 tokens, mutants/recurrent*.py)"),
+        # not `cheap`: an interpreter runs a program per sequence (1023 Triton SSD sequences: 306 s)
         Dimension("sequences", ("cu_seqlens[0]", "state_indices[0]", "has_initial_state[0]"), *src.SEQUENCES,
-                  small_max=4, cheap=True, unwritten=("out[0]@cu_seqlens",),
+                  small_max=4, unwritten=("out[0]@cu_seqlens",),
                   why_kind="the tokens of the sequences past T are left unwritten (a grid over the first T "
                            "sequences)"),
         _slots((f"{pool}[0]",)),

@@ -248,7 +248,7 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int
         lengths, cu = _lengths(draw, max_seqs, max_len, st.integers(1, max_len) if tier == "slots" else None, claims)
         chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
-    heads, qk = _heads(draw, claims, "range" if variant.range or tier == "crossed" else tier,
+    heads, qk = _heads(draw, claims, "range" if variant.range else "tokens" if tier == "crossed" else tier,
                        "gated_delta_rule_chunked")
     seqs, tokens = len(lengths), int(cu[-1])
     idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)

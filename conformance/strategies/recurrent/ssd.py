@@ -47,7 +47,7 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         lengths, cu = crossed.lengths(draw, claims)
         chunk = crossed.hint(draw, chunk_size)
         groups = 1
-        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else reach.RANGE_HEADS
+        heads = _heads_over(draw, claims, 1) if "num_heads" in claims.limits else 1   # one head: its cost is per head
         p, n = crossed.odd_dim(draw, claims, "head_dim"), crossed.odd_dim(draw, claims, "state_size")
     elif tier == "edges":
         # The hint first, so that the first length may be a multiple of it ("T == chunk_size").
