@@ -1,6 +1,6 @@
 """`python -m kvconform.conformance.cli ...`: the same as `kvconform ...`."""
 import sys
 
-from kvconform.conformance.cli.main import main
+from kvconform.conformance.cli.parser import main
 
 sys.exit(main())

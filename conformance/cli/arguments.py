@@ -1,5 +1,6 @@
 """Arguments shared by the commands: one-line usage errors (exit 2), --out, --ops, --backend."""
 from __future__ import annotations
+
 import tempfile
 from pathlib import Path
 

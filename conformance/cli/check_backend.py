@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from kvconform import reference
 from kvconform.backends.base import OPS, OpClaims
+
 from .arguments import UsageError
 
 
@@ -91,9 +92,10 @@ def check_backend(spec: str, *, timeout: float = 120.0) -> Check:
     """What is wrong with backend `spec`, what could not be checked, and what was (for the output)."""
     import pytest
 
-    from kvconform.conformance.harness.outputs import compare_outputs
+    from kvconform.conformance.engine.call_errors import (BackendCrash, BackendDeclined, BackendError,
+                                                          BackendProtocolError)
     from kvconform.conformance.engine.loading import load
-    from kvconform.conformance.engine.call_errors import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError)
+    from kvconform.conformance.harness.outputs import compare_outputs
 
     loaded = load(spec, timeout=timeout)
     desc = loaded.description

@@ -1,14 +1,15 @@
 """`kvconform coverage`: clause x layer coverage of the suite, and the permissions with their backends
 (report/coverage.py)."""
 from __future__ import annotations
+
 import json
 from pathlib import Path
+
 from .arguments import UsageError
 
 
 def cmd_coverage(args) -> int:
     from kvconform.backends.base import did_you_mean
-
     from kvconform.conformance.report import coverage
     clauses = coverage.defined_clauses()
     if args.suite is not None and not Path(args.suite).is_dir():

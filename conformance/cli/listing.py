@@ -1,7 +1,10 @@
 """`kvconform list`: the backends found, whether each runs here, their claims; a profile's fixed cases."""
 from __future__ import annotations
+
 import json
+
 from kvconform.conformance.run.gate import EXIT_NOT_CHECKED, EXIT_OK
+
 from .arguments import UsageError, _named_backends
 
 

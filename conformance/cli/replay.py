@@ -1,6 +1,8 @@
 """`kvconform replay DIR`: re-run a reproducer on a backend (reproducers are data: nothing in case.json is imported)."""
 from __future__ import annotations
+
 from pathlib import Path
+
 from .arguments import UsageError
 
 
@@ -22,11 +24,11 @@ def _replay_backend(args, meta: dict) -> str:
 
 
 def cmd_replay(args) -> int:
+    from kvconform import backends, reference
     from kvconform.conformance.engine import case as case_io
     from kvconform.conformance.engine import flaky
     from kvconform.conformance.engine.call_errors import BackendUnavailable
     from kvconform.conformance.engine.worker import InProcess, Worker
-    from kvconform import backends, reference
     try:
         case, meta = case_io.load(Path(args.directory))
     except case_io.NoReproducer as exc:
@@ -89,9 +91,10 @@ def _replay_once(case, meta: dict, before: list, expected, worker) -> tuple[str,
     """One replay: ("ok" | "fail" | "crash", the lines that say what happened)."""
     from kvconform.conformance.engine import rejection as rej
     from kvconform.conformance.engine.backend_text import cap, visible
-    from kvconform.conformance.harness.outputs import compare_outputs, raised_lines
+    from kvconform.conformance.engine.call_errors import (BackendCrash, BackendDeclined, BackendError,
+                                                          BackendProtocolError, EngineError)
     from kvconform.conformance.engine.strided import layouts_of
-    from kvconform.conformance.engine.call_errors import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, EngineError)
+    from kvconform.conformance.harness.outputs import compare_outputs, raised_lines
     try:
         for earlier in before:   # a call-history failure: the calls that came first, in order
             worker.call(earlier.op, earlier.inputs, layouts=layouts_of(earlier))

@@ -1,6 +1,8 @@
 """`kvconform report DIR` and `kvconform report merge`: rebuild a run's reports, or join shard reports and judge the whole."""
 from __future__ import annotations
+
 from pathlib import Path
+
 from .arguments import UsageError, _check_out
 
 
@@ -20,8 +22,8 @@ def _report_rebuild(out: Path) -> int:
     """`kvconform report DIR`: write DIR's four reports again from results.jsonl and run.json (after a
     killed run, a full disk, or a kvconform with better reports). Exit status: the gate's verdict over
     what DIR holds (gate.py; a partial run is NOT CHECKED)."""
-    from kvconform.conformance.run import gate, outdir
     from kvconform.conformance.report import build
+    from kvconform.conformance.run import gate, outdir
     if not (out / outdir.RESULTS).is_file():
         raise UsageError(f"{out} holds no {outdir.RESULTS}: not the output folder of a kvconform run")
     try:
@@ -41,8 +43,8 @@ def _report_rebuild(out: Path) -> int:
 
 def _report_merge(args) -> int:
     """Merge reports and judge the whole (gate.py): every shard of a run present, every claimed op checked."""
-    from kvconform.conformance.run import gate
     from kvconform.conformance.report import build
+    from kvconform.conformance.run import gate
     try:
         reports = [build.load_report(p) for p in args.reports]
         merged = build.merge(reports, names=list(args.reports))

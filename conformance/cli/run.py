@@ -1,10 +1,13 @@
 """`kvconform run`: the suite in pytest, over the chosen backends, profile and output folder."""
 from __future__ import annotations
+
 import os
 import sys
 import tempfile
 from pathlib import Path
+
 from kvconform.conformance.run.gate import EXIT_FAILED, EXIT_NOT_CHECKED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
+
 from .arguments import UsageError, _check_out, _named_backends, _parse_ops
 
 
@@ -32,7 +35,6 @@ def _runnable_here(timeout: float) -> list[str]:
     """The entry-point backends that load and can run here (`kvconform run` without --backend), each
     loaded in its worker (loading.py) and handed over to the run; one note for each left out."""
     from kvconform import backends
-
     from kvconform.conformance.engine import loading
     loaded = loading.load_all(list(backends.entry_points()), timeout=timeout)
     runnable = []
@@ -89,8 +91,8 @@ def _native_backends(specs: list[str], profile: str, *, chosen: bool, timeout: f
 
 
 def cmd_run(args) -> int:
-    from kvconform.conformance.run import expectations, outdir
     from kvconform.conformance.harness import profiles
+    from kvconform.conformance.run import expectations, outdir
     if args.resume:
         _resumed(args, Path(args.out).resolve())
     if args.profile is None:
@@ -167,6 +169,7 @@ def cmd_run(args) -> int:
     pytest_args += args.pytest_args
     print(f"kvconform run: backends {', '.join(specs)}; profile {args.profile}; out {out}", flush=True)
     import pytest
+
     from kvconform.conformance.run.interrupt import STOP
     try:
         code = int(pytest.main(pytest_args))

@@ -1,5 +1,6 @@
 """How a backend call can end other than with a result: the backend raised (BackendError), declined the case\n(BackendDeclined), broke the protocol, crashed or hung (BackendCrash), cannot run here; or the engine failed."""
 from __future__ import annotations
+
 import os
 import traceback
 

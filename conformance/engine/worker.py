@@ -27,17 +27,20 @@ An error of the engine's own handling of a result (inspecting or converting what
 is an `EngineError`, never charged to the backend as "backend raised".
 """
 from __future__ import annotations
+
 import multiprocessing as mp
 import os
 import signal
 import tempfile
 import time
 from typing import NamedTuple
-from kvconform.conformance.engine.protocol import (InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs)
+
+from kvconform.conformance.engine.protocol import InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs
 from kvconform.conformance.engine.strided import StridedInputs
-from .call_errors import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError,
-                          BackendUnavailable, ClaimsUnreadable, EngineError, _error_payload, _site)
-from .worker_child import CapturedOutput, INSPECT, _serve, read_output
+
+from .call_errors import (BackendCrash, BackendDeclined, BackendError, BackendProtocolError, BackendUnavailable,
+                          ClaimsUnreadable, EngineError, _error_payload, _site)
+from .worker_child import INSPECT, CapturedOutput, _serve, read_output
 
 
 class CallTiming(NamedTuple):

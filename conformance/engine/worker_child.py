@@ -1,5 +1,6 @@
 """The worker process's side: load the backend, serve op calls, capture its output, report its exceptions."""
 from __future__ import annotations
+
 import faulthandler
 import os
 import signal
@@ -9,9 +10,11 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+
 from kvconform.conformance.engine import backend_text
-from kvconform.conformance.engine.protocol import (InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs)
+from kvconform.conformance.engine.protocol import InputSnapshot, ProtocolViolation, aliased_inputs, protocol_outputs
 from kvconform.conformance.engine.strided import StridedInputs
+
 from .call_errors import _error_payload
 
 
@@ -28,6 +31,7 @@ def _serve(conn, spec: str, fault_path: str | None = None, output_path: str | No
     capture = _Capture(output_path)
     from kvconform import backends
     from kvconform.backends.base import Unsupported
+
     # The interpreter, NumPy and the engine are up: from here on the time is the backend's own (its
     # import, factory, availability(), capabilities()), which the parent bounds by the call timeout.
     conn.send(("loading", os.getpid()))
@@ -208,7 +212,6 @@ def _inspect(backend, ops) -> dict:
     """{op: {"method": bool, "problems": [...], "notes": [...]}}: whether the backend has a method per op
     and how its signature differs from the reference's (signatures.signature_problems)."""
     from kvconform import reference
-
     from kvconform.conformance.engine.signatures import signature_problems
     found = {}
     for op in ops:

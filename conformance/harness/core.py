@@ -31,18 +31,19 @@ import pytest
 
 from kvconform import reference
 from kvconform.backends.base import OPS, OpClaims
-
-from kvconform.conformance.harness import profiles
+from kvconform.conformance.engine.call_errors import BackendDeclined, BackendError, BackendProtocolError
 from kvconform.conformance.engine.case import Case
 from kvconform.conformance.engine.flaky import Replay
-from kvconform.conformance.engine.strided import layouts_of
-from kvconform.conformance.engine.records import LAYERS
-from kvconform.conformance.engine.timing import PhaseClock
 from kvconform.conformance.engine.protocol import ALIAS
-from kvconform.conformance.engine.call_errors import BackendDeclined, BackendError, BackendProtocolError
-from kvconform.conformance.harness.outputs import (compare_outputs, poison_expectation, raised_lines)
+from kvconform.conformance.engine.records import LAYERS
+from kvconform.conformance.engine.strided import layouts_of
+from kvconform.conformance.engine.timing import PhaseClock
+from kvconform.conformance.harness import profiles
+from kvconform.conformance.harness.outputs import compare_outputs, poison_expectation, raised_lines
+
 from .failures import _GROUPS, ConformanceFailure, FailureRecords
 from .rejections import RejectionChecks
+
 
 class Unclaimed(Exception):
     pass

@@ -9,7 +9,8 @@ import pytest
 
 from kvconform.conformance.engine.case import Case
 from kvconform.conformance.harness.core import conformance_test
-from kvconform.conformance.strategies.golden_cases import Golden, at_end, fixed, restated_at  # noqa: F401 (the suite's names)
+from kvconform.conformance.strategies.golden_cases import (Golden, at_end, fixed,  # noqa: F401 (the suite's names)
+                                                           restated_at)
 
 
 def run(kvc, golden: Golden, uses: Callable[[Case], tuple[set, dict]], conventions: Callable = lambda c: {}) -> None:

@@ -13,10 +13,10 @@ import numpy as np
 
 from kvconform.backends.base import OPS
 from kvconform.conformance.engine import tolerance
+from kvconform.conformance.engine.call_errors import BackendError, exception_line
 from kvconform.conformance.engine.case import Case
 from kvconform.conformance.engine.compare import FieldResult, _bits_equal, compare_field
 from kvconform.conformance.engine.protocol import structure_problem
-from kvconform.conformance.engine.call_errors import BackendError, exception_line
 
 
 def checks_for(op: str) -> Callable:

@@ -9,7 +9,8 @@ from kvconform import reference
 from kvconform.conformance.engine.call_errors import BackendDeclined, BackendError, BackendProtocolError
 from kvconform.conformance.engine.case import Case
 from kvconform.conformance.engine.flaky import Replay
-from kvconform.conformance.engine.rejection import InvalidErrorCase, Rejection, accepted, as_arguments, judge, run_reference
+from kvconform.conformance.engine.rejection import (InvalidErrorCase, Rejection, accepted, as_arguments, judge,
+                                                    run_reference)
 
 
 class RejectionChecks:

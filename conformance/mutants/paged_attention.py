@@ -1,29 +1,12 @@
-"""Mutants of the paged-attention family: realistic kernel bugs, each wrapping the reference."""
+"""Mutants of ragged_paged_attention: realistic kernel bugs, each wrapping the reference."""
 from __future__ import annotations
 
 import numpy as np
 
 from kvconform import reference
+from kvconform.conformance.mutants import Mutant, mutant
+from kvconform.conformance.mutants.edits import filled, replace_out
 from kvconform.reference import dtypes
-
-from . import Mutant, mutant
-
-
-def _replace_out(result, fn):
-    if isinstance(result, tuple):
-        return type(result)(fn(result[0]), *result[1:])
-    return fn(result)
-
-
-def _filled(result, indices, value):
-    """`result` with its output (a tuple result's first field) set to `value` at each index of `indices`:
-    the rows, heads or dims a mutant poisons (NaN) or never writes (0)."""
-    def fill(out):
-        out = out.copy()
-        for index in indices:
-            out[index] = value
-        return out
-    return _replace_out(result, fill)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-15",
@@ -61,7 +44,7 @@ class NanPastKvLenLeaks(Mutant):
                 if np.isnan(junk).any():
                     leaking.append(slice(int(cu_q_lens[i]), int(cu_q_lens[i + 1])))
 
-        return _filled(result, leaking, np.nan)
+        return filled(result, leaking, np.nan)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-16",
@@ -89,7 +72,7 @@ class SoftCapOverflow(Mutant):
             if np.nanmax(np.abs(s)) / soft_cap > 44.0:
                 overflow.append(slice(int(cu_q_lens[i]), int(cu_q_lens[i + 1])))
 
-        return _filled(result, overflow, np.nan)
+        return filled(result, overflow, np.nan)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-18",
@@ -100,22 +83,13 @@ class Fp8ScaleIgnored(Mutant):
                                                 v_scale=None if v_scale is None else 1.0, **kw)
 
 
-@mutant(op="write_kv", clause="PA-41",
-        description="a negative (padding) slot is not skipped: Python-style indexing writes the pool's end")
-class WriteKvNegativeSlotWraps(Mutant):
-    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
-        total = k_pages.shape[0] * k_pages.shape[1]
-        slots = np.where(slot_mapping < 0, slot_mapping % total, slot_mapping).astype(slot_mapping.dtype)
-        return reference.write_kv(k_pages, v_pages, k, v, slots, **kw)
-
-
 @mutant(op="ragged_paged_attention", clause="PA-7",
         description="returns float8_e4m3fn outputs 3% too large: a narrow output dtype must not buy tolerance",
         diagnosis="narrower than the")
 class Fp8BiasedOutput(Mutant):
     def ragged_paged_attention(self, *args, **kw):
         result = reference.ragged_paged_attention(*args, **kw)
-        return _replace_out(result, lambda out: (out * 1.03).astype(dtypes.DTYPES["float8_e4m3fn"]))
+        return replace_out(result, lambda out: (out * 1.03).astype(dtypes.DTYPES["float8_e4m3fn"]))
 
 
 @mutant(op="ragged_paged_attention", clause="PA-16",
@@ -136,7 +110,7 @@ class VTailLeakAndSoftCapError(Mutant):
                 if np.isnan(dtypes.upcast(v_pages[page, kv_len % page_size:])).any():
                     leaking.append(slice(int(cu_q_lens[i]), int(cu_q_lens[i + 1])))
 
-        return _filled(result, leaking, np.nan)
+        return filled(result, leaking, np.nan)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-14",
@@ -198,29 +172,6 @@ class CachesByShape(Mutant):
         return self._cache[key]
 
 
-@mutant(op="write_kv", clause="PA-44",
-        description="quantize-on-write as x * fl32(1/s) instead of the correctly rounded x / s")
-class WriteKvReciprocalScale(Mutant):
-    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
-        from kvconform.reference.kv_write import validate_write_kv
-        call = validate_write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
-        if call.k_scale is None:
-            return reference.write_kv(k_pages, v_pages, k, v, slot_mapping)
-        page_size, hkv = np.shape(k_pages)[1], np.shape(k_pages)[2]
-        slots = np.where(np.asarray(slot_mapping) >= 0, slot_mapping, 0)
-
-        def prescaled(x, s):   # fl32(x) * fl32(1/s): store at scale 1 what the kernel computed
-            s = np.asarray(s, np.float32)
-            if s.ndim == 1:      # per KV head (PA-48)
-                s = s[None, :, None]
-            elif s.ndim == 3:    # per slot and KV head, beside the pages (PA-48)
-                s = s.reshape(-1, hkv)[slots][:, :, None]
-            inv = np.float32(1.0) / s
-            return (np.asarray(x).astype(np.float32) * inv).astype(np.float32)
-        return reference.write_kv(k_pages, v_pages, prescaled(k, call.k_scale), prescaled(v, call.v_scale),
-                                  slot_mapping, k_scale=1.0, v_scale=1.0)
-
-
 @mutant(op="ragged_paged_attention", clause="PA-39",
         description="reads a combined cache with K and V swapped (K at 2h + 1, V at 2h)")
 class CombinedLayoutKvSwap(Mutant):
@@ -275,40 +226,6 @@ class HeadScaleByQueryHead(Mutant):
         return _scales_read_by_query_head(q, k_pages, v_pages, args, k_scale, v_scale, kw)
 
 
-@mutant(op="write_kv", clause="PA-48",
-        description="quantizes every written token with the scales beside the first written slot")
-class WriteKvFirstTokenScale(Mutant):
-    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
-        if np.ndim(k_scale) == 3 and (slot_mapping >= 0).any():
-            page_size = k_pages.shape[1]
-            first = int(slot_mapping[slot_mapping >= 0][0])
-            k_scale = np.broadcast_to(k_scale[first // page_size, first % page_size], k_scale.shape).copy()
-            v_scale = np.broadcast_to(v_scale[first // page_size, first % page_size], v_scale.shape).copy()
-        return reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
-
-
-@mutant(op="write_kv", clause="PA-44",
-        description="float8_e5m2 stores overflow as +-inf instead of saturating to the largest finite value "
-                    "(a non-finite stored value where the reference is finite)")
-class WriteKvE5m2OverflowToInf(Mutant):
-    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
-        result = reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
-        if dtypes.dtype_name(k_pages.dtype) != "float8_e5m2" or np.ndim(k_scale) != 0:
-            return result
-        page_size = k_pages.shape[1]
-        live = slot_mapping >= 0
-        pools = []
-        for pool, x, scale in ((result.k_pages, k, k_scale), (result.v_pages, v, v_scale)):
-            pool = pool.copy()
-            slots = slot_mapping[live]
-            q = np.asarray(x[live], np.float32) / np.asarray(scale, np.float32)
-            over = np.abs(q) > 57344.0
-            flat = pool.reshape(-1, *pool.shape[2:])
-            flat[slots] = np.where(over, np.sign(q) * np.inf, flat[slots].astype(np.float32)).astype(pool.dtype)
-            pools.append(pool)
-        return type(result)(*pools)
-
-
 @mutant(op="ragged_paged_attention", clause="PA-49", only_caught_by="head_sharding",
         diagnosis="unsharded (num_shards=1)",
         description="head sharding hands each shard the query heads of the next shard (off by one block)")
@@ -330,245 +247,12 @@ class TokenScaleByQueryHead(Mutant):
         return _scales_read_by_query_head(q, k_pages, v_pages, args, k_scale, v_scale, kw)
 
 
-# --- reach (issue 27): bugs behind the sizes and values only the long_* and range columns draw ----------
-# Each mutant claims only what its column needs (one dtype pair, no optional feature), so its meta-test
-# (tests/engine/test_mutants.py runs the whole op) skips the feature columns instead of paying for them.
-
-def _narrowed(op: str, dtypes_: tuple, kv_dtypes: tuple, features: tuple = ()):
-    """A capabilities() claiming only `dtypes_` x `kv_dtypes` and `features` for `op` (the rest as the
-    numpy backend): the columns the mutant cannot be caught by are skipped as unsupported."""
-    import dataclasses
-
-    def capabilities(self):
-        claims = super(type(self), self).capabilities()
-        claims[op] = dataclasses.replace(claims[op], dtypes=dtypes_, kv_dtypes=kv_dtypes, features=features,
-                                         layouts=())
-        return claims
-    return capabilities
-
-
-def _plain_rows(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, sm_scale, gather):
-    """float64[T, Hq, D]: option-free attention (PA-6, PA-7, PA-12, PA-14) where sequence i's keys are what
-    `gather(i, kv_len, page_size)` returns, (tokens int[n], k float64[n, Hkv, D], v): the gather a buggy
-    kernel performs. A row sees the gathered tokens j <= its position; `None` from gather makes the
-    sequence's rows NaN (an out-of-bounds read)."""
-    T, hq, D = q.shape
-    group = hq // k_pages.shape[2]
-    scale = D ** -0.5 if sm_scale is None else sm_scale
-    out = np.zeros((T, hq, D))
-    for i in range(int(num_seqs)):
-        lo, hi, n = int(cu_q_lens[i]), int(cu_q_lens[i + 1]), int(kv_lens[i])
-        if hi == lo:
-            continue
-        got = gather(i, n, k_pages.shape[1])
-        if got is None:
-            out[lo:hi] = np.nan
-            continue
-        tokens, k, v = got
-        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)        # [n, Hq, D]
-        s = scale * np.einsum("thd,jhd->thj", dtypes.upcast(q[lo:hi]), k)
-        pos = n - (hi - lo) + np.arange(hi - lo)
-        s = np.where(tokens[None, None, :] <= pos[:, None, None], s, -np.inf)
-        p = np.exp(s - s.max(axis=-1, keepdims=True))
-        out[lo:hi] = np.einsum("thj,jhd->thd", p, v) / p.sum(axis=-1, keepdims=True)
-    return out
-
-
-def _has_options(kw) -> bool:
-    return any(kw.get(k) is not None for k in ("sliding_window", "soft_cap", "sinks", "k_scale")) \
-        or bool(kw.get("return_scores")) or kw.get("kv_layout", "separate") != "separate" \
-        or kw.get("num_shards", 1) != 1
-
-
-@mutant(op="ragged_paged_attention", clause="PA-10", only_caught_by="long_page", max_size=12,
-        description="token j's page and slot taken as j >> log2(page_size) and j & (page_size - 1): right only "
-                    "for power-of-two page sizes (a page size of 544, 528 or 12 reads the wrong slots)")
-class PageSizeByShift(Mutant):
-    capabilities = _narrowed("ragged_paged_attention", ("float32",), ("float32",))
-
-    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
-        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
-                                                  num_seqs, **kw)   # validates first, as a kernel's adapter
-        page_size = k_pages.shape[1]
-        shift = page_size.bit_length() - 1
-        if page_size == 1 << shift or _has_options(kw):
-            return result
-
-        def gather(i, n, _):
-            tokens = np.arange(n)
-            entry, slot = tokens >> shift, tokens & ((1 << shift) - 1)
-            if entry.size and entry.max() >= page_indices.shape[1]:
-                return None
-            pages = page_indices[i, entry]
-            if pages.size and (pages.min() < 0 or pages.max() >= k_pages.shape[0]):
-                return None
-            return tokens, dtypes.upcast(k_pages[pages, slot]), dtypes.upcast(v_pages[pages, slot])
-        return _plain_rows(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, kw.get("sm_scale"),
-                           gather)
-
-
-@mutant(op="ragged_paged_attention_csr", clause="MD-23", only_caught_by="long_pages", max_size=12,
-        description="walks at most 64 entries of a sequence's CSR page list (one tile of page ids): keys on "
-                    "pages past the 64th are never seen")
-class CsrPageWalkCapped64(Mutant):
-    MAX_PAGES = 64
-    capabilities = _narrowed("ragged_paged_attention_csr", ("float32",), ("float32",))
-
-    def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
-                                   **kw):
-        result = reference.ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices,
-                                                      kv_last_page_len, **kw)   # validates first
-        page_size = k_pages.shape[1]
-        pages = np.diff(np.asarray(kv_indptr, np.int64))
-        if _has_options(kw) or not (pages > self.MAX_PAGES).any():
-            return result
-        table = reference.csr_to_block_table(kv_indptr, kv_indices, kv_last_page_len, page_size, int(pages.max()))
-
-        def gather(i, n, _):
-            tokens = np.arange(min(n, self.MAX_PAGES * page_size))
-            where = (table.page_indices[i, tokens // page_size], tokens % page_size)
-            return tokens, dtypes.upcast(k_pages[where]), dtypes.upcast(v_pages[where])
-        return _plain_rows(q, k_pages, v_pages, table.kv_lens, table.page_indices, qo_indptr, len(pages),
-                           kw.get("sm_scale"), gather)
-
-
-@mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="long_head_dim", max_size=12,
-        description="head dim walked in chunks of 64 with floor(D / 64) chunks: the partial last chunk of "
-                    "D = 80, 96, 112 is dropped from the logits and never written to the output")
-class HeadDimChunkFloor(Mutant):
-    CHUNK = 64
-    capabilities = _narrowed("ragged_paged_attention", ("float32",), ("float32",))
-
-    def ragged_paged_attention(self, q, *args, **kw):
-        result = reference.ragged_paged_attention(q, *args, **kw)   # validates first
-        D = q.shape[2]
-        cut = D - D % self.CHUNK
-        if D <= self.CHUNK or cut == D:
-            return result
-        q = np.array(q, copy=True)
-        q[..., cut:] = 0
-        result = reference.ragged_paged_attention(q, *args, **kw)
-
-        return _filled(result, [(Ellipsis, slice(cut, None))], 0)
-
-
-@mutant(op="ragged_paged_attention", clause="PA-12", only_caught_by="long_heads", max_size=140,
-        description="one 16-row query tile per KV head: in a GQA group of more than 16 query heads (32: "
-                    "GQA 32, DeepSeek's 128 over 4) the heads past the 16th get no output")
-class GroupBeyondOneTile(Mutant):
-    TILE = 16
-    capabilities = _narrowed("ragged_paged_attention", ("float32",), ("float32",), ("gqa",))
-
-    def ragged_paged_attention(self, q, k_pages, *args, **kw):
-        result = reference.ragged_paged_attention(q, k_pages, *args, **kw)
-        group = q.shape[1] // k_pages.shape[2]
-        if group <= self.TILE:
-            return result
-        lost = np.arange(q.shape[1]) % group >= self.TILE
-
-        return _filled(result, [(slice(None), lost)], 0)
-
-
-@mutant(op="ragged_paged_attention", clause="PA-4", only_caught_by="long_batch", max_size=600,
-        description="a program finds its sequence by a binary search over cu_q_lens unrolled for 7 steps "
-                    "(128 sequences): in a decode batch of 256 rows, sequences past the 128th are never "
-                    "computed")
-class SequenceSearch7Steps(Mutant):
-    MAX_SEQS = 128
-    capabilities = _narrowed("ragged_paged_attention", ("float32",), ("float32",))
-
-    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
-        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
-                                                  num_seqs, **kw)
-        if int(num_seqs) <= self.MAX_SEQS:
-            return result
-        lost = slice(int(cu_q_lens[self.MAX_SEQS]), int(cu_q_lens[int(num_seqs)]))
-
-        return _filled(result, [lost], 0)
-
-
-@mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="range", max_size=12,
-        description="q . k accumulated in float16 before sm_scale (a tensor-core dot with a float16 "
-                    "accumulator): a row whose raw |q . k| passes 65504 gets an infinite logit and NaN")
-class LogitsFp16Accumulator(Mutant):
-    capabilities = _narrowed("ragged_paged_attention", ("float16",), ("float16",), ("gqa",))
-
-    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
-        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
-                                                  num_seqs, **kw)
-        if q.dtype != np.float16:
-            return result
-        page_size, group = k_pages.shape[1], q.shape[1] // k_pages.shape[2]
-        window = kw.get("sliding_window")
-        overflow = []
-        for i in range(int(num_seqs)):
-            lo, hi, n = int(cu_q_lens[i]), int(cu_q_lens[i + 1]), int(kv_lens[i])
-            if hi == lo:
-                continue
-            tokens = np.arange(n)
-            keys = dtypes.upcast(k_pages[page_indices[i, tokens // page_size], tokens % page_size],
-                                 kw.get("k_scale") if np.ndim(kw.get("k_scale")) == 0 else None)
-            dots = np.einsum("thd,jhd->thj", dtypes.upcast(q[lo:hi]), np.repeat(keys, group, axis=1))
-            pos = (n - (hi - lo) + np.arange(hi - lo))[:, None, None]
-            seen = (tokens <= pos) & (True if window is None else tokens > pos - window)
-            if np.abs(np.where(seen, dots, 0.0)).max() > 65504.0:
-                overflow.append(slice(lo, hi))
-
-        return _filled(result, overflow, np.nan)
-
-
-@mutant(op="write_kv", clause="PA-50", only_caught_by="padded", max_size=12,
-        description="the grid follows k's rows instead of the slot mapping's length: each padding row past "
-                    "the slot mapping reads the stale (zero) slot-buffer entry and overwrites slot 0")
-class WriteKvGridFollowsKeys(Mutant):
-    capabilities = _narrowed("write_kv", ("float32",), ("float32",))
-
-    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
-        result = reference.write_kv(k_pages, v_pages, k, v, slot_mapping, **kw)   # validates first
-        n = np.shape(slot_mapping)[0]
-        for t in range(n, np.shape(k)[0]):
-            result = reference.write_kv(result.k_pages, result.v_pages, k[t:t + 1], v[t:t + 1],
-                                        np.zeros(1, np.asarray(slot_mapping).dtype), **kw)
-        return result
-
-
-@mutant(op="write_kv", clause="PA-44", only_caught_by="range", max_size=12,
-        description="int8 quantization converts the float32 quotient to int32 before saturating: a quotient "
-                    "of 2^31 or more (large values over a scale near the smallest normal) wraps to -2^31 and "
-                    "stores -128")
-class WriteKvInt8ThroughInt32(Mutant):
-    capabilities = _narrowed("write_kv", ("float32",), ("int8",), ("quantized_kv",))
-
-    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
-        result = reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
-        if np.asarray(k_pages).dtype != np.int8 or np.ndim(k_scale) != 0:
-            return result
-        live = np.flatnonzero(np.asarray(slot_mapping) >= 0)
-        pools = []
-        for pool, x, scale in ((result.k_pages, k, k_scale), (result.v_pages, v, v_scale)):
-            pool = pool.copy()
-            with np.errstate(over="ignore", invalid="ignore"):
-                quotient = np.asarray(x[live], np.float32) / np.float32(scale)
-            wrapped = ~(np.abs(quotient) < 2.0 ** 31)
-            flat = pool.reshape(-1, *pool.shape[2:])
-            slots = np.asarray(slot_mapping)[live]
-            flat[slots] = np.where(wrapped, np.int8(-128), flat[slots])
-            pools.append(pool)
-        return type(result)(*pools)
-
-
-@mutant(op="write_kv", clause="PA-40", only_caught_by="long", max_size=600,
-        description="slot s stored at page s >> log2(page_size), offset s & (page_size - 1): right only for "
-                    "power-of-two page sizes")
-class WriteKvPageByShift(Mutant):
-    capabilities = _narrowed("write_kv", ("float32",), ("float32",))
-
-    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, **kw):
-        reference.write_kv(k_pages, v_pages, k, v, slot_mapping, **kw)   # validates first
-        P, page_size = np.shape(k_pages)[:2]
-        shift = page_size.bit_length() - 1
-        slots = np.asarray(slot_mapping).astype(np.int64)
-        if page_size != 1 << shift:
-            moved = (slots >> shift) * page_size + (slots & ((1 << shift) - 1))
-            slots = np.where((slots >= 0) & (moved < P * page_size), moved, -1)   # out of the pool: lost
-        return reference.write_kv(k_pages, v_pages, k, v, slots.astype(np.asarray(slot_mapping).dtype), **kw)
+# Deprecated spec paths: the write_kv and reach mutants moved to kv_write.py and attention_reach.py; a spec
+# written as `kvconform.conformance.mutants.paged_attention:<Class>` still loads them (use the new module).
+from kvconform.conformance.mutants.attention_reach import (CsrPageWalkCapped64, GroupBeyondOneTile,  # noqa: E402,F401
+                                                           HeadDimChunkFloor, LogitsFp16Accumulator, PageSizeByShift,
+                                                           SequenceSearch7Steps)
+from kvconform.conformance.mutants.kv_write import (WriteKvE5m2OverflowToInf,  # noqa: E402,F401
+                                                    WriteKvFirstTokenScale, WriteKvGridFollowsKeys,
+                                                    WriteKvInt8ThroughInt32, WriteKvNegativeSlotWraps,
+                                                    WriteKvPageByShift, WriteKvReciprocalScale)

@@ -18,13 +18,13 @@ Split by concern: `options.py` (--kvc-* options), `state.py` (the run's state in
 fixture, its status, record, reproducer and replays), `session.py` (start, end, reports, exit status).
 pytest finds the hooks and fixtures as attributes of this module.
 """
-from kvconform.conformance.plugin.collection import (pytest_collection_modifyitems, pytest_configure_node,  # noqa: F401
-                                                     pytest_generate_tests, pytest_report_teststatus,
-                                                     pytest_testnodedown, pytest_xdist_make_scheduler,
+from kvconform.conformance.plugin.collection import (pytest_collection_modifyitems,  # noqa: F401
+                                                     pytest_configure_node, pytest_generate_tests,
+                                                     pytest_report_teststatus, pytest_testnodedown,
+                                                     pytest_xdist_make_scheduler,
                                                      pytest_xdist_node_collection_finished)
 from kvconform.conformance.plugin.options import pytest_addoption  # noqa: F401
 from kvconform.conformance.plugin.outcomes import (kvc, pytest_collectreport, pytest_runtest_call,  # noqa: F401
                                                    pytest_runtest_logreport, pytest_runtest_makereport)
 from kvconform.conformance.plugin.session import (pytest_configure, pytest_sessionfinish,  # noqa: F401
-                                                  pytest_sessionstart, pytest_terminal_summary,
-                                                  pytest_unconfigure)
+                                                  pytest_sessionstart, pytest_terminal_summary, pytest_unconfigure)

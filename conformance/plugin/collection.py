@@ -1,10 +1,14 @@
 """Collection: backends as test parameters, the run's selection (ops, shard, resume), xdist scheduling."""
 from __future__ import annotations
+
 import zlib
 from pathlib import Path
+
 import pytest
-from kvconform.conformance.run import expectations, progress
+
 from kvconform.conformance.harness import profiles
+from kvconform.conformance.run import expectations, progress
+
 from .outcomes import _report_the_message_only
 
 

@@ -1,6 +1,8 @@
 """The plugin's command-line options (--kvc-*), as `kvconform run` passes them."""
 from __future__ import annotations
+
 import pytest
+
 from kvconform.conformance.harness import profiles
 
 

@@ -1,15 +1,18 @@
 """One test's outcome: the kvc fixture, its status, its record and reproducer, replays of a failure."""
 from __future__ import annotations
+
 import json
 import os
 from pathlib import Path
+
 import pytest
+
 from kvconform.conformance.engine import artifacts, backend_text, flaky
-from kvconform.conformance.run import gate
-from kvconform.conformance.harness.core import ConformanceFailure, Harness
-from kvconform.conformance.engine.rejection import InvalidErrorCase
-from kvconform.conformance.engine.loading import backend_problem
 from kvconform.conformance.engine.call_errors import BackendCrash, EngineError
+from kvconform.conformance.engine.loading import backend_problem
+from kvconform.conformance.engine.rejection import InvalidErrorCase
+from kvconform.conformance.harness.core import ConformanceFailure, Harness
+from kvconform.conformance.run import gate
 
 
 def _report_the_message_only(item) -> None:

@@ -1,10 +1,14 @@
 """The session: the run's start and end, the reports, the gate's exit status."""
 from __future__ import annotations
+
 import json
+
 import pytest
+
 from kvconform.conformance.run import gate, interrupt, outdir
-from .state import RunState
+
 from .outcomes import _CONFIG
+from .state import RunState
 
 
 def pytest_configure(config):

@@ -1,16 +1,19 @@
 """One run's state in the controlling process: its options, output folder, records and progress."""
 from __future__ import annotations
+
 import json
 import os
 import time
 from pathlib import Path
+
 import pytest
+
 from kvconform.conformance.engine import artifacts, loading
-from kvconform.conformance.run import expectations, interrupt, outdir
 from kvconform.conformance.harness import profiles
+from kvconform.conformance.run import expectations, interrupt, outdir
+
 from .options import _parse_shard, _seed
 from .outcomes import _CONFIG
-
 
 FINAL = {"pass", "fail", "crash", "flaky", "unsupported", "unclaimed-pass", "xfail", "xpass", "skip", "error",
          "not run"}

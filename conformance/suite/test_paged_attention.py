@@ -24,6 +24,7 @@ from kvconform.conformance.strategies import malformed
 from kvconform.conformance.strategies import constraints
 from kvconform.conformance.strategies import goldens
 from kvconform.conformance.strategies import paged_attention as pa
+from kvconform.conformance.strategies.malformed import kv_write as kv_bad
 from kvconform.conformance.strategies.malformed import paged_attention as pa_bad
 from kvconform.conformance.strategies.values import reseeded
 
@@ -478,11 +479,11 @@ def test_attention_rejects(kvc, rule):
     malformed.check_rejects(kvc, pa_bad, "ragged_paged_attention", rule)
 
 
-@conformance_test(op="write_kv", layer="errors", clauses=malformed.clauses_of(pa_bad.WRITE_RULES))
-@pytest.mark.parametrize("rule", pa_bad.WRITE_RULES, ids=str)
+@conformance_test(op="write_kv", layer="errors", clauses=malformed.clauses_of(kv_bad.WRITE_RULES))
+@pytest.mark.parametrize("rule", kv_bad.WRITE_RULES, ids=str)
 def test_write_kv_rejects(kvc, rule):
     """One precondition of PA-42, PA-44, PA-46 broken on a valid case: rejected, naming the argument."""
-    malformed.check_rejects(kvc, pa_bad, "write_kv", rule)
+    malformed.check_rejects(kvc, kv_bad, "write_kv", rule)
 
 
 JUNK = (-7, -1, 2**31 - 1, -2**31)   # any integer, out of range or not (PA-5, PA-24); P-relative added below

@@ -14,8 +14,7 @@ from __future__ import annotations
 from .arena import (ARENA_ORDER, ArenaLayout, arena_layout, arena_views, pack_arena, slot_mapping_from_arena,
                     validate_arena_layout, validate_slot_mapping_from_arena)
 from .csr_attention import ragged_paged_attention_csr, validate_ragged_paged_attention_csr
-from .page_table import (MANAGER_COMMANDS, PageTableState, empty_page_table, page_table_step,
-                         validate_page_table_step)
+from .page_table import MANAGER_COMMANDS, PageTableState, empty_page_table, page_table_step, validate_page_table_step
 from .tables import (BlockTable, CsrPageTable, append_slot_mapping, block_table_to_csr, csr_to_block_table,
                      validate_append_slot_mapping, validate_block_table_to_csr, validate_csr_to_block_table)
 

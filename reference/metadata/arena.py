@@ -1,7 +1,10 @@
 """The packed auxiliary arena (MD-8 .. MD-10): where each metadata array lives in one uint8 buffer."""
 from __future__ import annotations
+
 from typing import NamedTuple
+
 import numpy as np
+
 from ..validation import as_array, int_input, int_scalar, require
 from .tables import I32, _cdiv, _page_size, append_slot_mapping
 

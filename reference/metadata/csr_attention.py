@@ -1,6 +1,8 @@
 """Attention over the CSR layout (MD-23): the block-table reference on converted metadata."""
 from __future__ import annotations
+
 import numpy as np
+
 from ..validation import check_index_range, int_input, require
 from .tables import I32, csr_to_block_table, validate_csr
 

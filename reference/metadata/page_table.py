@@ -1,10 +1,12 @@
 """The page-table manager (MD-11 .. MD-22): one command at a time over a CSR page table."""
 from __future__ import annotations
-from typing import NamedTuple
-import numpy as np
-from ..validation import check_index_range, int_input, int_scalar, require
-from .tables import I32, _INT32_MAX, _cdiv, _page_size
 
+from typing import NamedTuple
+
+import numpy as np
+
+from ..validation import check_index_range, int_input, int_scalar, require
+from .tables import _INT32_MAX, I32, _cdiv, _page_size
 
 MANAGER_COMMANDS = ("add", "append", "fork", "pop", "remove", "window")
 

@@ -7,7 +7,6 @@ import numpy as np
 
 from ..validation import check_index_range, int_input, int_scalar, require
 
-
 I32 = np.int32
 
 

@@ -28,7 +28,7 @@ def test_each_authoring_mistake_is_named(cli, factory, needle, code):
 
 
 def test_a_mutant_is_caught_on_its_op(cli):
-    proc = cli("check-backend", "kvconform.conformance.mutants.paged_attention:WriteKvNegativeSlotWraps",
+    proc = cli("check-backend", "kvconform.conformance.mutants.kv_write:WriteKvNegativeSlotWraps",
                timeout=600)
     # one small case need not hit the bug; when it does, the op is named
     assert proc.returncode in (0, 1)

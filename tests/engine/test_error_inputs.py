@@ -100,7 +100,7 @@ def test_a_crash_on_malformed_input_stays_a_crash(cli, tmp_path):
 
 BOGUS_SUITE = '''
 import numpy as np
-from kvconform.conformance.case import Case
+from kvconform.conformance.engine.case import Case
 from kvconform.conformance.harness import conformance_test
 
 @conformance_test(op="write_kv", layer="errors", clauses=("PA-42",))

@@ -16,6 +16,7 @@ import pytest
 
 from kvconform.backends.base import claims_problems, description_problems
 from kvconform.conformance import cli as cli_module
+from kvconform.conformance.cli import run as run_command
 from kvconform.conformance.run import expectations, gate
 from kvconform.conformance.report import build
 
@@ -217,11 +218,11 @@ def test_bad_invocation_is_one_line_and_exit_2(argv, needle, tmp_path, monkeypat
 
 def test_jobs_are_clamped_to_cpus_and_work_units(capsys):
     suite = ROOT / "conformance" / "suite"
-    assert cli_module._clamp_jobs(24, ["numpy"], None, suite, cpus=2) == 2
+    assert run_command._clamp_jobs(24, ["numpy"], None, suite, cpus=2) == 2
     assert "--jobs 24 clamped to 2 (2 CPU(s)" in capsys.readouterr().out
-    assert cli_module._clamp_jobs(2, ["numpy"], ["write_kv"], suite, cpus=2) == 1   # one module x one backend
-    assert cli_module._clamp_jobs(2, ["numpy", "triton"], ["write_kv"], suite, cpus=8) == 2
-    assert cli_module._clamp_jobs(2, ["numpy", "triton", "pallas"], None, suite, cpus=2) == 2   # the CI gate
+    assert run_command._clamp_jobs(2, ["numpy"], ["write_kv"], suite, cpus=2) == 1   # one module x one backend
+    assert run_command._clamp_jobs(2, ["numpy", "triton"], ["write_kv"], suite, cpus=8) == 2
+    assert run_command._clamp_jobs(2, ["numpy", "triton", "pallas"], None, suite, cpus=2) == 2   # the CI gate
     assert capsys.readouterr().out.count("clamped") == 1
 
 

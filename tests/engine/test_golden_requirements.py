@@ -1,7 +1,7 @@
 """Every golden requires every feature its case uses, and its hand-worked value is the reference's (issue 31).
 
 Generic over every suite module that declares its goldens as `GOLDENS`, a tuple of
-`kvconform.conformance.goldens.Golden` (name, op, build(options), clauses, features, options), with a
+`kvconform.conformance.strategies.golden_cases.Golden` (name, op, build(options), clauses, features, options), with a
 `USES[op](case) -> (features, space)` table in its family's strategy module (conformance/goldens.py). Each
 restatement (every subset of a golden's options) is built and checked: the features its case uses are
 exactly the golden's required features plus the options turned on, all registered for the op

@@ -7,7 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-from kvconform.conformance import cli
+from kvconform.conformance.cli import parser as cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "ci" / "bootstrap.py"

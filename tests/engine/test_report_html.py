@@ -67,7 +67,7 @@ def test_report_html_plots_error_ratios_and_each_failures_error_profile(cli, tmp
     import os
     from pathlib import Path
     out = tmp_path / "out"
-    cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:WriteKvReciprocalScale",
+    cli("run", "--backend", "kvconform.conformance.mutants.kv_write:WriteKvReciprocalScale",
         "--ops", "write_kv", "--profile", "ci", "--out", str(out), timeout=600)
     report = json.loads((out / "report.json").read_text())
     failed = [r for r in report["results"] if r["status"] == "fail" and r.get("fields")]

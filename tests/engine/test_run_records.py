@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 RECORDS_SUITE = '''
 import numpy as np
 from hypothesis import strategies as st
-from kvconform.conformance.case import Case
+from kvconform.conformance.engine.case import Case
 from kvconform.conformance.harness import conformance_test
 
 
@@ -232,7 +232,7 @@ def test_a_new_run_clears_only_kvconforms_own_files(tmp_path):
 def test_processes_writing_one_file_at_once_never_fail(tmp_path):
     """The xdist processes of one run write the same backend description at once: each whole, none
     failing (one shared temporary name made one process's rename fail, which stopped the run)."""
-    code = ("import sys; from pathlib import Path; from kvconform.conformance.outdir import write_atomic\n"
+    code = ("import sys; from pathlib import Path; from kvconform.conformance.run.outdir import write_atomic\n"
             "for i in range(300): write_atomic(Path(sys.argv[1]), 'x' * 4096)\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "same.json")], stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]

@@ -89,7 +89,7 @@ def test_expectations_xfail_and_unmatched(cli, tmp_path):
     exp.write_text('[[xfail]]\ntest = "*test_write_kv_*"\nreason = "known: negative slots wrap"\n\n'
                    '[[xfail]]\ntest = "*no_such_test*"\nreason = "stale"\n')
     out = tmp_path / "out"
-    proc = cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:WriteKvNegativeSlotWraps",
+    proc = cli("run", "--backend", "kvconform.conformance.mutants.kv_write:WriteKvNegativeSlotWraps",
                "--ops", "write_kv", "--expectations", str(exp), "--out", str(out))
     report = cli.report(out)
     statuses = {r["status"] for r in report["results"]}
@@ -115,7 +115,7 @@ def test_an_expectation_naming_a_diagnosis_covers_only_that_failure(cli, tmp_pat
     exp = tmp_path / "exp.toml"
     exp.write_text('[[xfail]]\ntest = "*test_write_kv_*"\nreason = "known: NaN in k_tail"\ndiagnosis = "k_tail"\n')
     out = tmp_path / "out"
-    proc = cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:WriteKvNegativeSlotWraps",
+    proc = cli("run", "--backend", "kvconform.conformance.mutants.kv_write:WriteKvNegativeSlotWraps",
                "--ops", "write_kv", "--expectations", str(exp), "--out", str(out), "--", "-k", "golden")
     failed = [r for r in cli.report(out)["results"] if r["status"] == "fail"]
     assert failed and all("not the known failure" in r["message"] for r in failed), failed[:1]
@@ -140,7 +140,7 @@ def test_generated_repro_py_runs(cli, tmp_path):
     import subprocess
     import sys
     out = tmp_path / "out"
-    proc = cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:WriteKvNegativeSlotWraps",
+    proc = cli("run", "--backend", "kvconform.conformance.mutants.kv_write:WriteKvNegativeSlotWraps",
                "--ops", "write_kv", "--out", str(out), "--", "-k", "golden")
     assert proc.returncode == 1, proc.stdout[-2000:]
     script = next((out / "repro").glob("*/repro.py"))

@@ -9,10 +9,10 @@ never allows (an integer `q`, a float `kv_lens`), not merely unclaimed dtypes, w
 
 A suite test runs one rule table as one parametrized test per op (see conformance/README.md):
 
-    @conformance_test(op="write_kv", layer="errors", clauses=malformed.clauses_of(pa_bad.RULES["write_kv"]))
-    @pytest.mark.parametrize("rule", pa_bad.RULES["write_kv"], ids=str)
+    @conformance_test(op="write_kv", layer="errors", clauses=malformed.clauses_of(kv_bad.RULES["write_kv"]))
+    @pytest.mark.parametrize("rule", kv_bad.RULES["write_kv"], ids=str)
     def test_write_kv_rejects(kvc, rule):
-        malformed.check_rejects(kvc, pa_bad, "write_kv", rule)
+        malformed.check_rejects(kvc, kv_bad, "write_kv", rule)
 """
 from __future__ import annotations
 
@@ -148,3 +148,14 @@ def as_float(arr) -> np.ndarray:
 def need(condition) -> None:
     """Keep only valid cases where the rule can be broken (a mild Hypothesis filter)."""
     assume(bool(condition))
+
+
+def copied(x: dict, name: str) -> np.ndarray:
+    return np.array(x[name], copy=True)
+
+
+def set_at(x: dict, name: str, where, value) -> dict:
+    """{name: a copy of x[name] with x[name][where] = value}."""
+    arr = copied(x, name)
+    arr[where] = value
+    return {name: arr}

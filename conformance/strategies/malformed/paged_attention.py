@@ -1,5 +1,5 @@
 """Malformed inputs for spec/paged_attention.md: the preconditions PA-26 .. PA-29, PA-39, PA-48 and PA-49
-of `ragged_paged_attention` and PA-42, PA-44, PA-46 of `write_kv`.
+of `ragged_paged_attention` (write_kv's: kv_write.py).
 
 Each rule breaks one precondition of a valid case drawn by `strategies.paged_attention`. Breaking one rule
 sometimes needs a companion edit so that no second rule breaks too (a token moved to an out-of-range slot
@@ -9,8 +9,6 @@ these rules and is checked in the suite with valid cases (test_attention_ignores
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 from hypothesis import strategies as st
 
@@ -19,35 +17,21 @@ from kvconform.reference import dtypes
 
 from .. import paged_attention as pa
 from ..values import sampled_from
-from . import OMIT, as_float, as_int, grown, index, need, rule
+from . import OMIT, as_float, as_int, copied, grown, index, need, rule, set_at
 
-VARIANTS = {"ragged_paged_attention": pa.ATTENTION_VARIANTS, "write_kv": pa.WRITE_VARIANTS}
+VARIANTS = {"ragged_paged_attention": pa.ATTENTION_VARIANTS}
 _ATT = {v.name: v for v in pa.ATTENTION_VARIANTS}
-_WRITE = {v.name: v for v in pa.WRITE_VARIANTS}
 BAD_POSITIVE = (0.0, -0.5, float("nan"), float("inf"))       # "finite and > 0" broken (PA-29)
 BAD_SCALES = BAD_POSITIVE + (1e-46,)                           # 1e-46 > 0, but 0 as a float32 (PA-18)
 
 
 def valid(op: str, claims: OpClaims, variant):
-    if op == "ragged_paged_attention":
-        return pa.attention_cases(claims, variant)
-    return pa.write_kv_cases(claims, variant)
-
-
-def _copy(x: dict, name: str) -> np.ndarray:
-    return np.array(x[name], copy=True)
+    return pa.attention_cases(claims, variant)
 
 
 def _counted(x: dict):
     """(num_seqs, cu_q_lens, kv_lens) of a valid case, as int64 copies."""
     return int(x["num_seqs"]), np.asarray(x["cu_q_lens"], np.int64), np.asarray(x["kv_lens"], np.int64)
-
-
-def _set(x: dict, name: str, where, value) -> dict:
-    """{name: a copy of x[name] with x[name][where] = value}."""
-    arr = _copy(x, name)
-    arr[where] = value
-    return {name: arr}
 
 
 # --- ragged_paged_attention: types (PA-26) --------------------------------------------------------
@@ -123,7 +107,7 @@ def _heads_not_divisible(draw, x, claims):
 
 
 def _kv_lens_rank(draw, x, claims):
-    return {"kv_lens": _copy(x, "kv_lens")[:, None]}
+    return {"kv_lens": copied(x, "kv_lens")[:, None]}
 
 
 def _page_indices_rows(draw, x, claims):
@@ -141,13 +125,13 @@ def _cu_q_lens_length(draw, x, claims):
 def _cu_q_lens_start(draw, x, claims):
     _, cu, _ = _counted(x)
     # in [1, cu[1]]: the offsets stay non-decreasing when sequence 0 has rows
-    return _set(x, "cu_q_lens", 0, draw(st.integers(1, max(1, int(cu[1])))))
+    return set_at(x, "cu_q_lens", 0, draw(st.integers(1, max(1, int(cu[1])))))
 
 
 def _cu_q_lens_decreasing(draw, x, claims):
     n, cu, _ = _counted(x)
     # the last counted offset drops below its predecessor; it stays <= T, every kv_len stays >= q_len
-    return _set(x, "cu_q_lens", n, int(cu[n - 1]) - draw(st.integers(1, 2)))
+    return set_at(x, "cu_q_lens", n, int(cu[n - 1]) - draw(st.integers(1, 2)))
 
 
 def _cu_q_lens_past_t(draw, x, claims):
@@ -159,7 +143,7 @@ def _cu_q_lens_past_t(draw, x, claims):
 
 def _kv_lens_negative(draw, x, claims):
     n, _, _ = _counted(x)
-    return _set(x, "kv_lens", index(draw, n), -draw(st.integers(1, 3)))
+    return set_at(x, "kv_lens", index(draw, n), -draw(st.integers(1, 3)))
 
 
 def _q_len_exceeds_kv_len(draw, x, claims):
@@ -168,14 +152,14 @@ def _q_len_exceeds_kv_len(draw, x, claims):
     rows = np.flatnonzero(q_lens >= 1)
     need(rows.size)
     i = int(draw(sampled_from(rows)))
-    return _set(x, "kv_lens", i, draw(st.integers(0, int(q_lens[i]) - 1)))
+    return set_at(x, "kv_lens", i, draw(st.integers(0, int(q_lens[i]) - 1)))
 
 
 def _kv_lens_exceed_table(draw, x, claims):
     n, _, _ = _counted(x)
     page_size = x["k_pages"].shape[1]
     capacity = x["page_indices"].shape[1] * page_size
-    return _set(x, "kv_lens", index(draw, n), capacity + draw(st.integers(1, page_size)))
+    return set_at(x, "kv_lens", index(draw, n), capacity + draw(st.integers(1, page_size)))
 
 
 def _page_index_out_of_range(draw, x, claims):
@@ -184,7 +168,7 @@ def _page_index_out_of_range(draw, x, claims):
     used = [(i, j) for i in range(n) for j in range(-(-int(kv[i]) // page_size))]
     need(used)
     where = draw(sampled_from(used))
-    return _set(x, "page_indices", where, draw(sampled_from((num_pages, num_pages + 5, -1))))
+    return set_at(x, "page_indices", where, draw(sampled_from((num_pages, num_pages + 5, -1))))
 
 
 def _num_seqs_out_of_range(draw, x, claims):
@@ -211,7 +195,7 @@ def _sinks_shape(draw, x, claims):
 
 
 def _sinks_nan(draw, x, claims):
-    return _set(x, "sinks", index(draw, x["sinks"].shape[0]), draw(sampled_from((np.nan, np.inf))))
+    return set_at(x, "sinks", index(draw, x["sinks"].shape[0]), draw(sampled_from((np.nan, np.inf))))
 
 
 def _scale_missing(draw, x, claims):
@@ -340,128 +324,4 @@ ATTENTION_RULES = (
 )
 
 
-# --- write_kv (PA-42, PA-44, PA-46) ---------------------------------------------------------------
-
-def _finite_tokens(x: dict, rows) -> dict:
-    """k and v with the given token rows set to 0.5 (a skipped token's rows hold NaN poison, and NaN in
-    a written int8 token is a rule of its own)."""
-    out = {}
-    for name in ("k", "v"):
-        arr = _copy(x, name)
-        arr[list(rows)] = 0.5
-        out[name] = arr
-    return out
-
-
-def _appended(x: dict, slots) -> dict:
-    """`len(slots)` more tokens written at `slots`, with finite values."""
-    extra = len(slots)
-    out = {"slot_mapping": np.concatenate([x["slot_mapping"], np.asarray(slots, x["slot_mapping"].dtype)])}
-    for name in ("k", "v"):
-        arr = x[name]
-        out[name] = np.concatenate([arr, np.full((extra,) + arr.shape[1:], 0.5, arr.dtype)])
-    return out
-
-
-def _slot_out_of_range(draw, x, claims):
-    n = x["slot_mapping"].shape[0]
-    need(n >= 1)
-    t = index(draw, n)
-    capacity = x["k_pages"].shape[0] * x["k_pages"].shape[1]
-    return dict(_set(x, "slot_mapping", t, capacity + draw(st.integers(0, 3))), **_finite_tokens(x, [t]))
-
-
-def _duplicate_slot(draw, x, claims):
-    slots = x["slot_mapping"]
-    written = np.flatnonzero(slots >= 0)
-    if written.size:      # one more token on a slot already written
-        return _appended(x, [int(slots[draw(sampled_from(written))])])
-    capacity = x["k_pages"].shape[0] * x["k_pages"].shape[1]
-    s = draw(st.integers(0, capacity - 1))
-    return _appended(x, [s, s])
-
-
-def _k_not_float(draw, x, claims):
-    return {"k": as_int(x["k"])}
-
-
-def _slot_mapping_rank(draw, x, claims):
-    return {"slot_mapping": _copy(x, "slot_mapping")[:, None]}
-
-
-def _token_shape(name: str):
-    """k (or v) off by one on an axis: fewer rows than slot_mapping entries (more rows are padding and
-    valid, PA-50; for v, more rows than k also breaks PA-50's "padded together"), or a head or dim axis
-    grown."""
-    def corrupt(draw, x, claims):
-        axis = draw(sampled_from((0, 1, 2)))
-        if axis:
-            return {name: grown(x[name], axis)}
-        need(x["slot_mapping"].shape[0] >= 1)
-        return {name: x[name][:x["slot_mapping"].shape[0] - 1]}
-    return corrupt
-
-
-def _v_rows_not_k_rows(draw, x, claims):
-    """k padded by 1..3 rows past slot_mapping, v by one more or one fewer: N_k differs (PA-50)."""
-    extra = draw(st.integers(1, 3))
-    k = grown(x["k"], 0, extra)
-    v = grown(x["v"], 0, extra + draw(sampled_from((1, -1))))
-    return {"k": k, "v": v}
-
-
-def _write_pages_rank(draw, x, claims):
-    return _pages_rank(draw, x, claims)
-
-
-def _nan_into_int8(draw, x, claims):
-    written = np.flatnonzero(x["slot_mapping"] >= 0)
-    need(written.size)
-    name = draw(sampled_from(("k", "v")))
-    arr = _copy(x, name)
-    arr[int(draw(sampled_from(written))), index(draw, arr.shape[1]), index(draw, arr.shape[2])] = np.nan
-    return {name: arr}, name
-
-
-def _needs_int8(claims: OpClaims):
-    return None if "int8" in (claims.kv_dtypes or ()) else "int8 pages are not claimed"
-
-
-def _int8_only(claims: OpClaims) -> OpClaims:
-    return dataclasses.replace(claims, kv_dtypes=("int8",))
-
-
-WRITE_RULES = (
-    rule("k_not_float", ("PA-46", "PA-26"), "k", "k must have a floating dtype", _k_not_float),
-    rule("pages_not_float", ("PA-46", "PA-26"), "k_pages", "k_pages must have a floating dtype or int8",
-         _pages_not_float),
-    rule("slot_mapping_not_integer", ("PA-46",), "slot_mapping", "slot_mapping must have an integer dtype",
-         _metadata_float("slot_mapping")),
-    rule("pages_rank", ("PA-46", "PA-40"), "k_pages", "k_pages must have rank 4 [P, page_size, Hkv, D]",
-         _write_pages_rank),
-    rule("v_pages_shape", ("PA-46", "PA-40"), "v_pages", "v_pages must have the shape of k_pages",
-         _v_pages_shape),
-    rule("slot_mapping_rank", ("PA-46", "PA-40"), "slot_mapping", "slot_mapping must have rank 1 [N]",
-         _slot_mapping_rank),
-    rule("k_shape", ("PA-46", "PA-40", "PA-50"), "k",
-         "k must have shape [N_k, Hkv, D], N_k >= N, matching the pools and slot_mapping", _token_shape("k")),
-    rule("v_shape", ("PA-46", "PA-40", "PA-50"), "v",
-         "v must have shape [N_k, Hkv, D], N_k >= N, matching the pools and slot_mapping", _token_shape("v")),
-    rule("v_rows_not_k_rows", ("PA-50",), "v", "k and v carry the same padding rows (the same N_k)",
-         _v_rows_not_k_rows),
-    rule("slot_out_of_range", ("PA-42", "PA-46"), "slot_mapping", "non-negative slots must be < P * page_size",
-         _slot_out_of_range),
-    rule("duplicate_slot", ("PA-42", "PA-46"), "slot_mapping", "non-negative slots must be pairwise distinct",
-         _duplicate_slot),
-    rule("scale_missing", ("PA-44", "PA-46"), ("k_scale", "v_scale"),
-         "k_scale and v_scale are required for quantized pages", _scale_missing, variant=_WRITE["quantized_kv"]),
-    rule("scale_on_float_pages", ("PA-44", "PA-46"), ("k_scale", "v_scale"),
-         "k_scale and v_scale must be None for unquantized pages", _scale_on_float_pages,
-         features=("quantized_kv",), requires=_needs_quantized),
-    rule("scale_invalid", ("PA-44", "PA-46"), ("k_scale", "v_scale"),
-         "k_scale and v_scale must be finite and > 0 as float32", _scale_invalid, variant=_WRITE["quantized_kv"]),
-    rule("nan_into_int8", ("PA-44",), ("k", "v"), "a written token of an int8 pool must not hold NaN",
-         _nan_into_int8, variant=_WRITE["quantized_kv"], requires=_needs_int8, narrow=_int8_only),
-)
-
-RULES = {"ragged_paged_attention": ATTENTION_RULES, "write_kv": WRITE_RULES}
+RULES = {"ragged_paged_attention": ATTENTION_RULES}

@@ -41,13 +41,13 @@ import pytest
 from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
-from kvconform.reference import dtypes
-
 from kvconform.conformance.engine import tolerance
 from kvconform.conformance.engine.case import PoisonRegion
+from kvconform.reference import dtypes
+
 from .. import constraints
-from . import reach
 from ..values import floats, pick, sampled_from
+from . import reach
 
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 POOL_DTYPES = ("float32", "float64")          # RS-6: the only pool dtypes

@@ -2,13 +2,12 @@
 tolerances, pool checks, padding and fresh rows."""
 from __future__ import annotations
 
-
 import numpy as np
-
-from kvconform.reference import dtypes
 
 from kvconform.conformance.engine import tolerance
 from kvconform.conformance.engine.case import Case
+from kvconform.reference import dtypes
+
 from .common import C_R, U_ACC, _live_rows
 
 # --- comparison contract (spec/numerics.md, Recurrent) ---------------------------------------------

@@ -1,20 +1,19 @@
 """`causal_conv1d_update` cases and checks (spec/recurrent.md RS-10 .. RS-12)."""
 from __future__ import annotations
 
-
 import numpy as np
 from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
-from kvconform.reference import dtypes
-
 from kvconform.conformance.engine import tolerance
 from kvconform.conformance.engine.case import Case
+from kvconform.reference import dtypes
+
 from .. import constraints
-from . import reach
 from ..values import floats, sampled_from, seeds
-from .common import (Variant, _INDEXED, _PADDED, _RANGE, _REACH, _dtypes, _live_rows, _named, _padding_rows,
-                     _pool, _slots, conventions)
+from . import reach
+from .common import (_INDEXED, _PADDED, _RANGE, _REACH, Variant, _dtypes, _live_rows, _named, _padding_rows, _pool,
+                     _slots, conventions)
 from .contract import _amax, _output_checks, _start_rows, class_r, required_out_precision
 
 CONV_VARIANTS = (

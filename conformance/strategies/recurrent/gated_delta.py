@@ -30,16 +30,15 @@ import numpy as np
 from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
+from kvconform.conformance.engine.case import Case, PoisonRegion
 from kvconform.reference import dtypes
 from kvconform.reference.recurrent.gated_delta import l2_normalize, qk_heads
 
-from kvconform.conformance.engine.case import Case, PoisonRegion
 from .. import constraints
-from . import reach
 from ..values import floats, sampled_from, seeds
-from .common import (CHUNK_SIZES, LONG_CHUNK_SIZES, SSD_LONG_EDGES, SSD_LONG_MAX, Variant, _RANGE, _REACH,
-                     _dtypes, _fresh, _heads_over, _lead_and_long, _lengths, _live_rows, _positive, _slots,
-                     conventions)
+from . import reach
+from .common import (_RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, SSD_LONG_EDGES, SSD_LONG_MAX, Variant, _dtypes,
+                     _fresh, _heads_over, _lead_and_long, _lengths, _live_rows, _positive, _slots, conventions)
 from .contract import _output_checks, _pool_checks, _varlen, class_r
 
 _INDEXED = ("RS-2", "RS-4", "RS-7", "RS-31")

@@ -1,23 +1,22 @@
 """`rwkv6_wkv` cases and checks (spec/recurrent.md RS-20)."""
 from __future__ import annotations
 
-
 import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
+from kvconform.conformance.engine.case import Case
 from kvconform.reference import dtypes
 
-from kvconform.conformance.engine.case import Case
 from .. import constraints
-from . import reach
 from ..values import floats, sampled_from, seeds
-from .common import (RWKV_LONG_EDGES, RWKV_LONG_MAX, Variant, _INDEXED, _PADDED, _RANGE, _REACH, _dtypes,
-                     _fresh, _heads_over, _lead_and_long, _lengths, _named, _padding_tokens, _pool, _positive,
-                     _slots, conventions)
-from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen,
-                       class_r, required_out_precision)
+from . import reach
+from .common import (_INDEXED, _PADDED, _RANGE, _REACH, RWKV_LONG_EDGES, RWKV_LONG_MAX, Variant, _dtypes, _fresh,
+                     _heads_over, _lead_and_long, _lengths, _named, _padding_tokens, _pool, _positive, _slots,
+                     conventions)
+from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen, class_r,
+                       required_out_precision)
 
 RWKV_VARIANTS = (
     Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-17", "RS-20", "RS-39", "RS-40")),

@@ -1,25 +1,24 @@
 """`ssd_chunked_scan` cases and checks (spec/recurrent.md RS-17 .. RS-19)."""
 from __future__ import annotations
 
-
 import numpy as np
 from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
+from kvconform.conformance.engine.case import Case
 from kvconform.reference import dtypes
 from kvconform.reference.recurrent.activations import silu
 from kvconform.reference.recurrent.selective_state import effective_dt
 
-from kvconform.conformance.engine.case import Case
 from .. import constraints
-from . import reach
 from ..values import floats, sampled_from, seeds
-from .common import (CHUNK_SIZES, LONG_CHUNK_SIZES, SSD_LONG_EDGES, SSD_LONG_MAX, Variant, _INDEXED, _PADDED,
-                     _RANGE, _REACH, _dtypes, _fresh, _heads_groups, _heads_over, _lead_and_long, _lengths,
-                     _named, _padding_tokens, _pool, _positive, _slots, _ssm_options, _ssm_params,
-                     _zero_live_rows, conventions)
-from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen,
-                       _zero, class_r, required_out_precision)
+from . import reach
+from .common import (_INDEXED, _PADDED, _RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, SSD_LONG_EDGES, SSD_LONG_MAX,
+                     Variant, _dtypes, _fresh, _heads_groups, _heads_over, _lead_and_long, _lengths, _named,
+                     _padding_tokens, _pool, _positive, _slots, _ssm_options, _ssm_params, _zero_live_rows,
+                     conventions)
+from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen, _zero,
+                       class_r, required_out_precision)
 from .ssu import SSM_RANGE_REGIMES, _ssm_range_values
 
 SSD_VARIANTS = (

@@ -1,22 +1,21 @@
 """`selective_state_update` (Mamba1 and Mamba2) cases and checks (spec/recurrent.md RS-14 .. RS-16)."""
 from __future__ import annotations
 
-
 import numpy as np
 from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
+from kvconform.conformance.engine.case import Case
 from kvconform.reference import dtypes
 from kvconform.reference.recurrent.activations import silu
 from kvconform.reference.recurrent.selective_state import effective_dt
 
-from kvconform.conformance.engine.case import Case
 from .. import constraints
-from . import reach
 from ..values import floats, sampled_from, seeds
-from .common import (Variant, _INDEXED, _PADDED, _RANGE, _REACH, _dtypes, _heads_groups, _heads_over,
-                     _live_rows, _named, _padding_rows, _pool, _positive, _slots, _ssm_options, _ssm_params,
-                     _zero_live_rows, conventions)
+from . import reach
+from .common import (_INDEXED, _PADDED, _RANGE, _REACH, Variant, _dtypes, _heads_groups, _heads_over, _live_rows,
+                     _named, _padding_rows, _pool, _positive, _slots, _ssm_options, _ssm_params, _zero_live_rows,
+                     conventions)
 from .contract import _amax, _output_checks, _pool_checks, _start_rows, class_r, required_out_precision
 
 SSU_VARIANTS = (

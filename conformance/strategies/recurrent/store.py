@@ -32,13 +32,13 @@ from hypothesis import strategies as st
 
 from kvconform import reference
 from kvconform.backends.base import OpClaims
+from kvconform.conformance.engine import tolerance
+from kvconform.conformance.engine.case import Case, PoisonRegion
 from kvconform.reference import dtypes
 from kvconform.reference.recurrent import StoreError
 
-from kvconform.conformance.engine import tolerance
-from kvconform.conformance.engine.case import Case, PoisonRegion
-from . import reach
 from ..values import floats, pick, sampled_from, seeds
+from . import reach
 from .common import POOL_DTYPES, Variant
 
 OP = "recurrent_store_step"

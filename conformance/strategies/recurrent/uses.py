@@ -2,12 +2,11 @@
 diagnosis variations of the family (strategies/variations.py)."""
 from __future__ import annotations
 
-
 import numpy as np
 
+from kvconform.conformance.engine.case import Case
 from kvconform.reference import dtypes
 
-from kvconform.conformance.engine.case import Case
 from ..variations import rows_dropped, widened, without
 
 # --- what a case uses (conformance/goldens.py) ------------------------------------------------------

@@ -1,10 +1,12 @@
 """main"""
 from __future__ import annotations
+
 import argparse
 import sys
-from kvconform.conformance.run.gate import EXIT_SIGINT, EXIT_USAGE
-from .arguments import UsageError
 
+from kvconform.conformance.run.gate import EXIT_SIGINT, EXIT_USAGE
+
+from .arguments import UsageError
 
 EXIT_CODES = """exit codes (every command; conformance/README.md, "What the exit code means"):
   0    every claimed case was checked and none failed (xfail allowed)
