@@ -17,7 +17,7 @@ from kvconform.reference import dtypes
 from kvconform.conformance.engine import tolerance
 from kvconform.conformance.engine.case import Case
 from . import paged_attention as pa
-from .rotation import pair_dims
+from .rotation_contract import pair_dims
 
 #: NU-RO6 growth of the relative key error per re-rotation: NU-RO2's 6 u per element over a pair (sqrt 2 * 6),
 #: the LUT's own rounding (sqrt 2 * u_L), NU-RO3's angle term (sqrt 2 * 3 u |delta|).

@@ -41,7 +41,6 @@ MAX_LINES = 400
 LONG_MODULES: dict[str, str] = {
     "backends/base.py": "not split yet",
     "conformance/strategies/metadata.py": "not split yet",
-    "conformance/strategies/rotation.py": "not split yet",
     "conformance/strategies/paged_attention.py": "not split yet",
     "conformance/suite/test_metadata.py": "not split yet",
 }
