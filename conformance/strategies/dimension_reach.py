@@ -114,7 +114,7 @@ def attention_shape(draw, claims: OpClaims, op: str, name: str) -> dict:
     elif name == "window":
         if "sliding_window" not in claims.features:
             pytest.skip("unsupported: the reach_window column needs the sliding_window feature")
-        n = pick_size(draw, op, name, lambda n: ok("max_kv_len")(n + n // 2))
+        n = pick_size(draw, op, name, lambda n: ok("max_kv_len")(n + n // 2) and ok("sliding_window")(n))
         shape.update(window=n, kv_lens=[n + n // 2], q_lens=[2 if ok("q_len")(2) else row])
     elif name not in ("latent_dim", "rope_dim"):    # MLA's: the caller sizes head_dim = d_c + d_r
         raise ValueError(f"no attention shape for dimension {name!r} of {op}")

@@ -93,9 +93,11 @@ def mla_cases(draw, claims: OpClaims, variant: Variant):
     dim = variant.reach[len(pa.DIM_REACH):] if variant.reach.startswith(pa.DIM_REACH) else ""
     if dim in ("latent_dim", "rope_dim"):   # a generated reach column of one of the two dims
         claimed = claims.head_dims
-        admits = lambda n: claimed is None or n + ROPE_DIMS[0] in claimed   # noqa: E731
-        d_c = dr.pick_size(draw, OP, "latent_dim", admits) if dim == "latent_dim" else LATENT_DIMS[0]
-        d_r = dr.pick_size(draw, OP, "rope_dim") if dim == "rope_dim" else ROPE_DIMS[0]
+        rope = constraints.allowed(claims, "rope_dim", ROPE_DIMS, "RoPE dim d_r")      # ML-12
+        d_r = (dr.pick_size(draw, OP, "rope_dim", lambda n: constraints.admits(claims.limits.get("rope_dim"), n))
+               if dim == "rope_dim" else rope[0])
+        d_c = (dr.pick_size(draw, OP, "latent_dim", lambda n: claimed is None or n + d_r in claimed)
+               if dim == "latent_dim" else LATENT_DIMS[0])
     elif variant.reach == "head_dim":    # DeepSeek's latent, or the largest claimed latent dims first
         d_c = pick(draw, tuple(sorted(claims.head_dims, reverse=True)) if claims.head_dims else REACH_LATENT[:1],
                    "latent dim d_c")

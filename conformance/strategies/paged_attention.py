@@ -292,7 +292,9 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     if dim and shape["window"]:
         kwargs["sliding_window"] = shape["window"]
     elif dim and "sliding_window" in variant.features:   # on, masking the oldest key, not the large part
-        kwargs["sliding_window"] = max(1, max(kv_lens + [2]) - 1)
+        window = max(1, max(kv_lens + [2]) - 1)
+        if constraints.admits(claims.limits.get("sliding_window"), window):   # else off: below a claimed minimum (PA-54)
+            kwargs["sliding_window"] = window
     elif "sliding_window" in variant.features:
         longest = max(kv_lens + [1])
         near = sorted({max(1, n + d) for n in kv_lens for d in (-1, 0, 1)})
