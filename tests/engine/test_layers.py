@@ -40,7 +40,6 @@ MAX_LINES = 400
 #: one spec file whose tests are one table of clauses)
 LONG_MODULES: dict[str, str] = {
     "conformance/strategies/metadata.py": "not split yet",
-    "conformance/strategies/paged_attention.py": "not split yet",
     "conformance/suite/test_metadata.py": "not split yet",
 }
 
