@@ -106,8 +106,8 @@ def _unparametrized(record: dict, spec: str) -> str:
 def test_a_run_of_several_backends_keeps_each_ones_records_apart(cli, run_many, tmp_path):
     """What the grouped mutant runs rely on: in one run of several backends each record, verdict,
     counterexample and reproducer is its backend's own, and a backend's results are those it gets alone."""
-    a = "kvconform.conformance.mutants.paged_attention:WriteKvInt8ThroughInt32"
-    b = "kvconform.conformance.mutants.paged_attention:WriteKvGridFollowsKeys"
+    a = "kvconform.conformance.mutants.kv_write:WriteKvInt8ThroughInt32"
+    b = "kvconform.conformance.mutants.kv_write:WriteKvGridFollowsKeys"
     specs = ("numpy", a, b)
     group = run_many("write_kv", specs, "ci")
     assert group.returncode == 1, group.output
