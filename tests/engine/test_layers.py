@@ -38,8 +38,7 @@ RANKS = {
 MAX_LINES = 400
 #: modules allowed past MAX_LINES, each with the reason (a table of data, or a suite module mirroring
 #: one spec file whose tests are one table of clauses)
-LONG_MODULES: dict[str, str] = {
-}
+LONG_MODULES: dict[str, str] = {}
 
 
 def modules() -> dict[str, Path]:
