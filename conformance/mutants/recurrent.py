@@ -315,7 +315,7 @@ class ChannelBlockDropped(Mutant):
         return type(result)(out, _spliced(conv_state, (slice(None), block), part.conv_state))
 
 
-# caught by the range column, and by the long column's crossed tier (the same regimes over several chunks, RS-44)
+# caught by the range column, and by the long column's crossed tier (the same regimes over several chunks, RS-45)
 @mutant(op="rwkv6_wkv", clause="RS-20", only_caught_by="range|long", max_size=10,
         description="16-token windows in the closed form with float32 prefix products P of the decays and "
                     "their reciprocals 1 / P: strong decays (log w = -50) underflow P, 1 / P overflows, and "

@@ -194,7 +194,7 @@ def _chunk_split_decays(S, q, k, v, g, beta, scale):
     return out, S_end
 
 
-# caught by the range column, and by the long column's crossed tier (the same regimes over several chunks, RS-44)
+# caught by the range column, and by the long column's crossed tier (the same regimes over several chunks, RS-45)
 @mutant(op="gated_delta_rule_chunked", clause="RS-33", only_caught_by="range|long", max_size=10,
         description="chunk decays exp(gam_i - gam_j) formed as exp(gam_i) * exp(-gam_j) in float32: once a "
                     "chunk's cumulative log gate passes -88.7, exp(-gam) overflows and the outputs become "

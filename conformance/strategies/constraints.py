@@ -36,7 +36,7 @@ A claim may widen the draws as well as narrow them: when no size a column would 
 constraint, its own values (or its smallest multiples, or its minimum) are drawn instead, so a kernel
 that takes only state_size 128 gets every column at N = 128.
 
-Convention claims (backends/base.py CONVENTIONS, spec/recurrent.md RS-36 … RS-40, RS-44) are limits too,
+Convention claims (backends/vocabulary.py CONVENTIONS, spec/recurrent.md RS-36 … RS-40, RS-44) are limits too,
 with fixed values: padding_outputs "unspecified" (compare-only: padding rows' outputs are not compared),
 dt_softplus "always", required_inputs ["D", "dt_bias"], equal_key_value_dims true, decays "positive"
 (RWKV6's decays drawn > 0, strategies/recurrent.py `positive_decays`). `outside` judges a
