@@ -177,3 +177,23 @@ _NAME_FIELDS = ("dtypes", "kv_dtypes", "layouts", "features")
 
 
 _SIZE_FIELDS = ("page_sizes", "head_dims")
+
+
+# MD-23: attention over CSR metadata draws the block-table attention columns (per-token scores and head
+# sharding aside)
+FEATURES["ragged_paged_attention_csr"] = tuple(f for f in FEATURES["ragged_paged_attention"]
+                                               if f not in ("return_scores", "head_sharding"))
+
+
+# Claims real kernels needed (spec/paged_attention.md PA-54, spec/mla.md ML-12): the windows a kernel takes
+# (a minimum sliding window: {"min": W}), MLA's RoPE dim d_r ({"values": [64]})
+for _op in ("ragged_paged_attention", "ragged_paged_attention_csr", "mla_paged_attention"):
+    LIMITS[_op] += ("sliding_window",)
+
+
+LIMITS["mla_paged_attention"] += ("rope_dim",)
+
+
+# no empty sequences for the page-table ops (spec/metadata.md MD-24): {"seq_len": {"min": 1}}
+for _op in ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena"):
+    LIMITS[_op] = LIMITS.get(_op, ()) + ("seq_len",)

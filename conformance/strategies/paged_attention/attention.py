@@ -16,17 +16,10 @@ from .. import attention_reach as ar
 from .. import constraints
 from .. import dimension_reach as dr
 from ..values import dequantized_within, floats, pick, sampled_from, seeds
-from .columns import (ATTENTION_VARIANTS, DEFAULT_HEAD_DIMS, DEFAULT_PAGE_SIZES, DEFAULT_SHARDS, DIM_REACH,
-                      DIM_REACH_FEATURES, FLOAT_KV_DTYPES, Q_DTYPES, QUANT_KV_DTYPES, SCALES, SHARDED_FEATURES,
-                      WRITE_VARIANTS, Variant, _cdiv, _head_counts)
+from .columns import (DEFAULT_HEAD_DIMS, DEFAULT_PAGE_SIZES, DEFAULT_SHARDS, DIM_REACH, DIM_REACH_FEATURES,
+                      FLOAT_KV_DTYPES, Q_DTYPES, QUANT_KV_DTYPES, SCALES, SHARDED_FEATURES, Variant,
+                      _cdiv, _head_counts)
 from .inputs import _scale_shape, attention_poison_regions, in_layout
-
-ATTENTION_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14", "PA-51", "NU-15"),
-                                    reach=f"{DIM_REACH}{d}") for d in dr.columns("ragged_paged_attention"))
-
-
-WRITE_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-40", "PA-41", "PA-51", "NU-15"), reach=f"{DIM_REACH}{d}")
-                       for d in dr.columns("write_kv") if d != "pool_slots")   # slots: the pool_pages column
 
 
 @st.composite

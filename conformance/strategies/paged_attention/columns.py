@@ -10,6 +10,7 @@ from kvconform.backends.base import OpClaims
 
 from .. import attention_reach as ar
 from .. import constraints
+from .. import dimension_reach as dr
 
 Q_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
@@ -107,6 +108,12 @@ WRITE_VARIANTS = (
     # claimed)
     Variant("range", (), ("PA-43", "PA-44", "PA-52", "NU-PA5"), values="range"),
 )
+ATTENTION_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14", "PA-51", "NU-15"),
+                                    reach=f"{DIM_REACH}{d}") for d in dr.columns("ragged_paged_attention"))
+
+
+WRITE_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-40", "PA-41", "PA-51", "NU-15"), reach=f"{DIM_REACH}{d}")
+                       for d in dr.columns("write_kv") if d != "pool_slots")   # slots: the pool_pages column
 
 
 #: the long column's share of the profile's examples (ci: 3): each long call costs far more
