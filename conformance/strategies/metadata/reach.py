@@ -94,8 +94,9 @@ def dim_page_tables(draw, claims: OpClaims, dim: str):
         pages[0] += n - int(pages.sum())
     else:   # tokens: one sequence holding them all, one short one
         pages = np.array([-(-n // P), 1])
-    pages = pages.astype(np.int64)
-    lens = np.where(pages > 0, pages * P - rng.integers(0, P, size=pages.shape[0]), 0)
+    low = shortest(claims)          # MD-24: a claimed seq_len minimum (no empty sequences) raises the short ones
+    pages = np.maximum(pages.astype(np.int64), -(-low // P))
+    lens = np.maximum(np.where(pages > 0, pages * P - rng.integers(0, P, size=pages.shape[0]), 0), low)
     if dim == "tokens":
         lens[0] = max(int(lens[0]), n)
     S, need = int(pages.shape[0]), int(pages.sum())

@@ -110,10 +110,10 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
         w = reach.choice(rng, (tokens, heads, dk), (0.0, 1.0, 0.5), act)
     else:
         w = _positive(rng, (tokens, heads, dk), act, min_exp=-3, max_exp=-1)
-    if claims.limits.get("decays") == "positive":
-        w = positive_decays(w)
     if tier == "crossed":       # the regime's defining decay in every window past the first
         w = crossed.spread(rng, w, cu, _DEFINING_DECAY[regime])
+    if claims.limits.get("decays") == "positive":   # RS-44, after every decay is placed (the crossed tier's 0 too)
+        w = positive_decays(w)
     arrays = dict(r=floats(rng, (tokens, heads, dk), act),
                   k=floats(rng, (tokens, heads, dk), act,
                            max_exp=reach.tokens_exponent(act) if tier in ("tokens", "crossed") else 1),
