@@ -9,7 +9,7 @@ author sets to run Triton kernels on a CPU) or the backend's availability names 
 interpreter)"); Pallas interpret mode when the backend's availability says "interpret". The canaries of a
 platform run once per run, in a subprocess with a timeout (CANARY_TIMEOUT; a canary that cannot run is
 recorded with ok None and why), and are kept in the backend's description (`canaries`, in backends/*.json
-and report.json) and in run.json; the folder's copy (`backends/canaries-<platform>.json`) spares the
+and report.json) and in run.json; the folder's copy (`canaries/canaries-<platform>.json`) spares the
 pytest-xdist processes of the run a second subprocess.
 """
 from __future__ import annotations

@@ -173,7 +173,7 @@ class RunState:
             return
         cache = None
         if self.out is not None:
-            cache = self.out / "backends"
+            cache = self.out / "canaries"
             try:
                 cache.mkdir(parents=True, exist_ok=True)
             except OSError:

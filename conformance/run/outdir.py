@@ -3,7 +3,8 @@ replacing an earlier run's files, run.json (the options `--resume` restores, and
 results.jsonl whose last line a kill cut short, and files written whole or not at all.
 
 kvconform's own files in a folder: results.jsonl, run.json, report.json, report.md, report.html,
-junit.xml, backends/*.json (the backends' descriptions; canaries-<platform>.json, engine/canaries.py), repro/<id>/ (a reproducer: a directory holding a
+junit.xml, backends/*.json (the backends' descriptions), canaries/canaries-<platform>.json (engine/canaries.py),
+repro/<id>/ (a reproducer: a directory holding a
 kvconform case.json), the lock `.kvconform.lock` and a half-written `.<name>.<pid>.kvconform-tmp`. A new run
 (without resume) deletes these and nothing else: a user's files in the folder, and Hypothesis's example
 database `hypothesis-db/` (the thorough profile's; it only makes a run retry examples that failed before,
@@ -87,9 +88,14 @@ def clear(out: Path) -> None:
         described = out / "backends"
         if described.is_dir():
             for path in described.glob("*.json"):
-                if path.name.startswith("canaries-") or "spec" in (_json(path) or {}):   # engine/canaries.py's copy
+                if "spec" in (_json(path) or {}):
                     _unlink(path)
             _rmdir_if_empty(described)
+        cached = out / "canaries"      # engine/canaries.py's copies of the platform canaries' results
+        if cached.is_dir():
+            for path in cached.glob("canaries-*.json"):
+                _unlink(path)
+            _rmdir_if_empty(cached)
         repro = out / "repro"
         if repro.is_dir():
             for directory in repro.iterdir():
