@@ -12,6 +12,7 @@ from kvconform.conformance.engine.call_errors import BackendCrash, EngineError
 from kvconform.conformance.engine.loading import backend_problem
 from kvconform.conformance.engine.rejection import InvalidErrorCase
 from kvconform.conformance.harness.core import ConformanceFailure, Harness
+from kvconform.conformance.harness.failures import _GROUPS
 from kvconform.conformance.run import gate
 
 
@@ -223,11 +224,13 @@ def _status(rep, call, harness) -> tuple[str, str]:
     if call.excinfo is not None and call.excinfo.errisinstance(InvalidErrorCase):
         # an error case the reference accepts tests nothing: a bug of the suite, not of the backend
         return "error", f"[{harness.op}] invalid error case (suite bug): {call.excinfo.value}"
-    if call.excinfo is not None and call.excinfo.errisinstance(MemoryError):
+    limit = _engine_limit(call.excinfo.value) if call.excinfo is not None else None
+    if limit is not None:
         # in the run's process (a backend's own MemoryError comes back from its worker as BackendError):
-        # drawing or the reference ran out of memory, never the backend's failure
+        # drawing or the reference could not hold the case (out of memory, or sizes past the index dtype
+        # of an impossible claim), alone or as every failure Hypothesis grouped: never the backend's failure
         return "error", (f"[{harness.op}] the engine ran out of memory (not the backend's): "
-                         f"{call.excinfo.typename}: {call.excinfo.value}")
+                         f"{type(limit).__name__}: {limit}")
     if call.excinfo is not None and call.excinfo.errisinstance(EngineError):
         return "error", f"[{harness.op}] engine error (not the backend's): {call.excinfo.value}"
     from hypothesis.errors import Flaky, FlakyFailure
@@ -237,6 +240,28 @@ def _status(rep, call, harness) -> tuple[str, str]:
         # a strategy drawing differently on the same data (FlakyStrategyDefinition) is the suite's bug
         return "error", f"[{harness.op}] {call.excinfo.typename} (suite bug): {call.excinfo.value}"
     return "fail", _exc_text(call, harness)
+
+
+def _engine_limit(exc: BaseException) -> BaseException | None:
+    """The MemoryError behind `exc` when the run's own process could not hold a case: `exc` itself, or
+    in a group of failures (Hypothesis reports distinct ones together) whose every member is a
+    MemoryError or an OverflowError of an index past its dtype; None otherwise."""
+    if isinstance(exc, MemoryError):
+        return exc
+    if _GROUPS and isinstance(exc, _GROUPS):
+        leaves = list(_leaves(exc))
+        memory = [e for e in leaves if isinstance(e, MemoryError)]
+        if memory and all(isinstance(e, (MemoryError, OverflowError)) for e in leaves):
+            return memory[0]
+    return None
+
+
+def _leaves(group):
+    for exc in group.exceptions:
+        if isinstance(exc, _GROUPS):
+            yield from _leaves(exc)
+        else:
+            yield exc
 
 
 def _exc_text(call, harness) -> str:
