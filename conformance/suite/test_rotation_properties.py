@@ -12,18 +12,6 @@ from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import rotation as ro
 from kvconform.conformance.suite.test_rotation import _derived, _quarter_turn_lut
 
-NAN = np.nan
-ROTATE_CLAUSES = ("RO-1", "RO-2", "RO-5", "RO-6", "RO-8", "RO-9", "RO-11")
-SHIFT_CLAUSES = ("RO-1", "RO-2", "RO-3", "RO-5", "RO-8", "RO-10", "RO-11")
-#: numerics the rotation CHECKS apply: NU-1, NU-3, NU-7, NU-9; class U rotated pairs (NU-5, NU-RO2 / NU-RO3),
-#: copies exact (NU-4, NU-RO1), pairs with a non-finite input or a zero sign not compared (NU-RO5)
-ROTATE_NUMERICS = ("NU-1", "NU-3", "NU-4", "NU-5", "NU-7", "NU-9", "NU-RO1", "NU-RO2", "NU-RO5")
-SHIFT_NUMERICS = ("NU-1", "NU-3", "NU-4", "NU-5", "NU-7", "NU-9", "NU-RO1", "NU-RO3", "NU-RO5")
-ALL_ROTATE = tuple(dict.fromkeys(ROTATE_CLAUSES + tuple(c for v in ro.ROTATE_VARIANTS for c in v.clauses)
-                                 + ROTATE_NUMERICS))
-ALL_SHIFT = tuple(dict.fromkeys(SHIFT_CLAUSES + tuple(c for v in ro.SHIFT_VARIANTS for c in v.clauses)
-                                + SHIFT_NUMERICS))
-
 
 # --- oracle-free properties (backend only) ---------------------------------------------------------
 
