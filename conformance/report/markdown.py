@@ -130,10 +130,7 @@ def _failure(i: int, r: dict) -> list[str]:
     for line in message[:3]:
         if not line.lstrip().startswith(("replay:", "case:", "diagnosis:")):
             lines.append(f"   - {_esc(line.strip()[:300])}")
-    if r.get("counterexample"):
-        lines.append(f"   - counterexample: {_esc(r['counterexample'][:300])}")
-    if (r.get("diagnosis") or {}).get("summary"):
-        lines.append(f"   - diagnosis: {_esc(r['diagnosis']['summary'][:400])}")
+    lines += _case_lines(r)
     if r.get("output_bytes"):
         lines.append(f"   - the backend printed {r['output_bytes']:,} bytes during the failing call")
     if r.get("failure_text"):
@@ -169,10 +166,7 @@ def _cause(i: int, entry) -> list[str]:
     message = (r.get("message") or "").splitlines()
     if message:
         lines.append(f"   - smallest, {_code(causes.short_id(r))}: {_esc(message[0].strip()[:300])}")
-    if r.get("counterexample"):
-        lines.append(f"   - counterexample: {_esc(r['counterexample'][:300])}")
-    if (r.get("diagnosis") or {}).get("summary"):
-        lines.append(f"   - diagnosis: {_esc(r['diagnosis']['summary'][:400])}")
+    lines += _case_lines(r)
     if r.get("repro"):
         lines.append(f"   - replay: {_code(overview.replay_command(r))}")
     return lines
@@ -190,3 +184,13 @@ def _gate(verdict: dict | None) -> list[str]:
     lines += [f"- not checked (tests chosen by hand, not counted): {_esc(r['message'])}"
               for r in verdict.get("warnings", [])]
     return lines + ([""] if len(lines) > 2 else [])
+
+
+def _case_lines(r: dict) -> list[str]:
+    """A failure's counterexample and diagnosis lines (a failure alone or a group's smallest)."""
+    lines = []
+    if r.get("counterexample"):
+        lines.append(f"   - counterexample: {_esc(r['counterexample'][:300])}")
+    if (r.get("diagnosis") or {}).get("summary"):
+        lines.append(f"   - diagnosis: {_esc(r['diagnosis']['summary'][:400])}")
+    return lines
