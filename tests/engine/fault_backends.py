@@ -165,7 +165,8 @@ class MarkupInText(_OnlyWriteKv):
     name = "markup<b>name</b>|pipe"
 
     def write_kv(self, *args, **kw):
-        raise RuntimeError("kernel failed <!-- the rest is hidden\n<script>alert(1)</script> | a & b")
+        # all on the first line: a group of failures in report.md quotes only its message's first line
+        raise RuntimeError("kernel failed <!-- the rest is hidden <script>alert(1)</script> | a & b\nsecond line")
 
 
 def make_markup_in_text():
