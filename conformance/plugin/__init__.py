@@ -21,6 +21,7 @@ pytest finds the hooks and fixtures as attributes of this module.
 from kvconform.conformance.plugin.collection import (pytest_collection_finish,  # noqa: F401
                                                      pytest_collection_modifyitems,
                                                      pytest_configure_node, pytest_generate_tests,
+                                                     pytest_ignore_collect,
                                                      pytest_report_teststatus, pytest_testnodedown,
                                                      pytest_xdist_make_scheduler,
                                                      pytest_xdist_node_collection_finished)

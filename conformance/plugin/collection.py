@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvconform.conformance.harness import profiles
-from kvconform.conformance.run import expectations, gate, progress, selection
+from kvconform.conformance.run import expectations, gate, progress, selection, suite_modules
 
 from .outcomes import _report_the_message_only
 
@@ -52,6 +52,15 @@ def pytest_xdist_make_scheduler(config, log):
             return f"{module}@{_backend_id(backend, specs) if backend else ''}"
 
     return ModuleBackendScheduling(config, log)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A run of some ops does not import the suite modules that declare none of them (run/suite_modules.py)."""
+    state = getattr(config, "_kvconform", None)
+    if state is None or state.ops is None or collection_path.suffix != ".py" \
+            or not collection_path.name.startswith("test_"):
+        return None
+    return None if suite_modules.needed(collection_path, state.ops) else True
 
 
 @pytest.hookimpl(hookwrapper=True)

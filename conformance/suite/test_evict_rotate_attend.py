@@ -28,6 +28,9 @@ from kvconform.conformance.strategies import rerotated_attention as rra
 from kvconform.conformance.strategies.values import floats
 from kvconform.reference.eviction import EvictionConfig
 
+#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
+SUITE_OPS = ('rotate_keys',)
+
 I32 = np.int32
 THETA = 10000.0
 FLOATS = ("float32", "bfloat16", "float16")      # float64 caches: NU-RO4's float64 noise would dominate

@@ -23,6 +23,9 @@ from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import mla as mla_bad
 from kvconform.conformance.strategies.values import reseeded
 
+#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
+SUITE_OPS = ('mla_paged_attention',)
+
 OP = mla.OP
 #: clauses every compared case checks: the op's inputs and output (ML-1 .. ML-5, ML-10) and the numerics
 #: compare_outputs applies (NU-1 upcast, NU-2 float64 reference, NU-3 required precision, NU-6 / NU-PA1

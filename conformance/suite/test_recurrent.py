@@ -32,6 +32,9 @@ from kvconform.conformance.strategies.malformed import recurrent as rs_bad
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.recurrent import WKV6, ConvUpdate, SelectiveStateUpdate, SSDScan
 
+#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
+SUITE_OPS = ('causal_conv1d_update', 'rwkv6_wkv', 'selective_state_update', 'ssd_chunked_scan')
+
 F32, NAN = np.float32, np.nan
 L2 = math.log(2.0)   # softplus(0) = ln 2; with A = -1 the decay exp(-ln 2) is 1/2
 

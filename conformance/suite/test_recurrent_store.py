@@ -29,6 +29,9 @@ from kvconform.conformance.strategies.malformed import recurrent_store as rstore
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.recurrent import StoreStep
 
+#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
+SUITE_OPS = ('recurrent_store_step',)
+
 OP = rstore.OP
 F32, F64, I32, I64 = np.float32, np.float64, np.int32, np.int64
 ALL = ("RS-21", "RS-22", "RS-23", "RS-24", "RS-25", "RS-26", "RS-27")

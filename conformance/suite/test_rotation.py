@@ -27,6 +27,9 @@ from kvconform.conformance.strategies.malformed import rotation as ro_bad
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.dtypes import resolve_dtype
 
+#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
+SUITE_OPS = ('rotate_keys', 'shift_keys')
+
 NAN = np.nan
 ROTATE_CLAUSES = ("RO-1", "RO-2", "RO-5", "RO-6", "RO-8", "RO-9", "RO-11")
 SHIFT_CLAUSES = ("RO-1", "RO-2", "RO-3", "RO-5", "RO-8", "RO-10", "RO-11")
