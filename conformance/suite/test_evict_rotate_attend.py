@@ -28,7 +28,6 @@ from kvconform.conformance.strategies import rerotated_attention as rra
 from kvconform.conformance.strategies.values import floats
 from kvconform.reference.eviction import EvictionConfig
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('rotate_keys',)
 
 I32 = np.int32

@@ -27,7 +27,6 @@ from kvconform.conformance.strategies.malformed import eviction as ev_bad
 from kvconform.conformance.strategies.values import floats
 from kvconform.reference.eviction import EvictionConfig, EvictionPlan, ScoreState
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('accumulate_scores', 'plan_eviction')
 
 I32, F64 = np.int32, np.float64

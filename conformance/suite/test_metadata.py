@@ -24,7 +24,6 @@ from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import metadata as md_bad
 from kvconform.reference.metadata import ArenaLayout, BlockTable, CsrPageTable
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('append_slot_mapping', 'arena_layout', 'block_table_to_csr', 'csr_to_block_table', 'page_table_step',
              'ragged_paged_attention_csr', 'slot_mapping_from_arena')
 

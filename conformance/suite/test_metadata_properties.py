@@ -16,7 +16,6 @@ from kvconform.conformance.strategies import metadata as md
 from kvconform.reference.metadata import CsrPageTable
 from kvconform.conformance.suite.test_metadata import I32, MANAGER_CLAUSES
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('arena_layout', 'block_table_to_csr', 'csr_to_block_table', 'page_table_step',
              'ragged_paged_attention_csr', 'slot_mapping_from_arena')
 

@@ -23,7 +23,6 @@ from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import mla as mla_bad
 from kvconform.conformance.strategies.values import reseeded
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('mla_paged_attention',)
 
 OP = mla.OP

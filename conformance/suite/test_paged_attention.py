@@ -20,16 +20,13 @@ from hypothesis import strategies as st
 from kvconform.conformance.engine.case import Case
 from kvconform.conformance.harness.goldens import Golden, suite_test
 from kvconform.conformance.harness import conformance_test
-from kvconform.conformance.strategies import malformed
-from kvconform.conformance.strategies import goldens
+from kvconform.conformance.strategies import goldens, malformed
 from kvconform.conformance.strategies import paged_attention as pa
 from kvconform.conformance.strategies.malformed import kv_write as kv_bad
 from kvconform.conformance.strategies.malformed import paged_attention as pa_bad
 from kvconform.conformance.strategies.values import reseeded
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('ragged_paged_attention', 'write_kv')
-
 BASE_CLAUSES = pa.ATTENTION_VARIANTS[0].clauses
 #: clauses every compared case of the op checks: the op and its output values (PA-1, PA-20; empty
 #: sequences and rows that always see a key are drawn, PA-8, PA-9; the logit order PA-13) and the numerics

@@ -15,7 +15,6 @@ from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import constraints
 from kvconform.conformance.strategies import paged_attention as pa
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('ragged_paged_attention', 'write_kv')
 
 

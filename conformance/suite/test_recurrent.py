@@ -32,7 +32,6 @@ from kvconform.conformance.strategies.malformed import recurrent as rs_bad
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.recurrent import WKV6, ConvUpdate, SelectiveStateUpdate, SSDScan
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('causal_conv1d_update', 'rwkv6_wkv', 'selective_state_update', 'ssd_chunked_scan')
 
 F32, NAN = np.float32, np.nan

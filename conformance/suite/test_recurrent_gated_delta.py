@@ -30,7 +30,6 @@ from kvconform.conformance.strategies.malformed import recurrent_gated_delta as 
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.recurrent import GatedDeltaScan, GatedDeltaUpdate
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('gated_delta_rule_chunked', 'gated_delta_rule_update')
 
 F32 = np.float32

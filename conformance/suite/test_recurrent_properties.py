@@ -15,7 +15,6 @@ from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import recurrent as rs
 from kvconform.reference.recurrent import ConvUpdate, SSDScan
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('causal_conv1d_update', 'rwkv6_wkv', 'selective_state_update', 'ssd_chunked_scan')
 
 

@@ -29,7 +29,6 @@ from kvconform.conformance.strategies.malformed import recurrent_store as rstore
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.recurrent import StoreStep
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('recurrent_store_step',)
 
 OP = rstore.OP

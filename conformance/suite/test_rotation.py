@@ -27,7 +27,6 @@ from kvconform.conformance.strategies.malformed import rotation as ro_bad
 from kvconform.conformance.strategies.values import reseeded
 from kvconform.reference.dtypes import resolve_dtype
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('rotate_keys', 'shift_keys')
 
 NAN = np.nan

@@ -12,7 +12,6 @@ from kvconform.conformance.harness import conformance_test
 from kvconform.conformance.strategies import rotation as ro
 from kvconform.conformance.suite.test_rotation import _derived, _quarter_turn_lut
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = ('rotate_keys', 'shift_keys')
 
 

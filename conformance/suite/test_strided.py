@@ -22,7 +22,6 @@ from kvconform.backends.base import OPS
 from kvconform.conformance.engine import strided
 from kvconform.conformance.harness import conformance_test
 
-#: the ops this module's tests check (conformance/run/suite_modules.py: a run of other ops skips it)
 SUITE_OPS = "*"
 
 #: share of the profile's examples (ci: 1, quick: 1, thorough: 10): each new shape costs a JIT backend a compile
