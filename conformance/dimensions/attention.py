@@ -29,7 +29,7 @@ def _attention(q: str, pages: tuple[str, ...], dim_axes: tuple[str, ...], cu: st
     table = (() if csr else (
         Dimension("pages_per_seq", ("page_indices[1]",), *src.PAGES_PER_SEQ, small_max=16,
                   kind="first_tile", first_tile=("page_indices[1]",), why_kind=_LOOP),
-        Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped",
+        Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped", reduced=True,
                   dropped=("kv_lens>=diff(cu_q_lens)",),
                   why_kind="the KV loop stops after T keys; keys past T read from the first tile is the "
                            "pages_per_seq and page_size mutants. " + _NO_KEY_NARROWING),
@@ -99,7 +99,7 @@ MLA = (
               small_max=8, unwritten=("out[0]@cu_q_lens",), why_kind="as ragged_paged_attention"),
     Dimension("pages_per_seq", ("page_indices[1]",), *src.PAGES_PER_SEQ, small_max=16, kind="first_tile",
               first_tile=("page_indices[1]",), why_kind=_LOOP),
-    Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped",
+    Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped", reduced=True,
               dropped=("kv_lens>=diff(cu_q_lens)",), why_kind="the KV loop stops after T keys. " + _NO_KEY_NARROWING),
     Dimension("page_size", ("c_kv_pages[1]", "k_pe_pages[1]"), *src.PAGE_SIZE, small_max=16, kind="first_tile",
               first_tile=("c_kv_pages[1]", "k_pe_pages[1]"), why_kind=_LOOP),

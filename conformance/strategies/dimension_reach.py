@@ -41,6 +41,19 @@ def columns(op: str, *, ids: bool = True) -> tuple[str, ...]:
     return tuple(d.name for d in dimensions(op) if d.thresholds() or (ids and d.ids))
 
 
+#: the value regimes of the attention range column (attention_reach.RANGE_REGIMES) a crossed column draws
+#: past the first tile of a reduced dimension, in the column `reach_<dimension>_crossed_<regime>`
+CROSSED = "_crossed_"
+
+
+def crossed_columns(op: str, regimes) -> tuple[tuple[str, str], ...]:
+    """(dimension, regime) of each crossed column of `op`: every registry dimension the op reduces along
+    (`Dimension.reduced`: the keys of an online softmax) with every value regime of its range column
+    (spec/numerics.md NU-15 "crossed"); the regime's extreme values sit only past the dimension's first
+    tile (past every tile of model.TILES below the drawn size)."""
+    return tuple((d.name, r) for d in dimensions(op) if d.reduced for r in regimes)
+
+
 def sizes(op: str, name: str, admits=lambda n: True) -> tuple[int, ...]:
     """The sizes of `name` a reach column of `op` draws, those `admits` allows: the tail first (past the
     largest tile, not a multiple of 16), then the powers of two from the largest down."""

@@ -43,6 +43,7 @@ class Variant:
     reach: str = ""       # a size regime of REACH ("keys", "pages", ...): few examples of large shapes
     values: str = ""      # "range": inputs at the magnitudes real models produce (spec: "Reach")
     layout: str = ""      # the cache handed to the op in this layout (PA-39), when claimed
+    regime: str = ""      # a crossed column's value regime (attention_reach.RANGE_REGIMES), past the first tile
 
     @property
     def long(self) -> bool:
@@ -110,6 +111,18 @@ WRITE_VARIANTS = (
 )
 ATTENTION_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-6", "PA-7", "PA-10", "PA-12", "PA-14", "PA-51", "NU-15"),
                                     reach=f"{DIM_REACH}{d}") for d in dr.columns("ragged_paged_attention"))
+
+
+def crossed_variants(op: str, clauses: tuple[str, ...]) -> tuple[Variant, ...]:
+    """The crossed columns of `op` (NU-15, dimension_reach.crossed_columns): each dimension it reduces along
+    drawn large, with one value regime of the range column whose extreme logits lie only past the first
+    tile (attention_reach.range_values late=True)."""
+    return tuple(Variant(f"reach_{d}{dr.CROSSED}{r}", (), clauses, reach=f"{DIM_REACH}{d}", values="range", regime=r)
+                 for d, r in dr.crossed_columns(op, ar.RANGE_REGIMES))
+
+
+ATTENTION_VARIANTS += crossed_variants("ragged_paged_attention", ("PA-6", "PA-7", "PA-14", "PA-16", "PA-17", "PA-51",
+                                                                  "PA-52", "NU-15"))
 
 
 WRITE_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-40", "PA-41", "PA-51", "NU-15"), reach=f"{DIM_REACH}{d}")
