@@ -67,9 +67,10 @@ class Dimension:
     first_tile: input axes read from the first tile past T (kind "first_tile")
     dropped:    length inputs clipped to T, or input axes sliced to T (kind "dropped")
     ids:        integer inputs whose values are ids or offsets along this dimension (16-bit narrowing)
-    reduced:    True when the op reduces along it with a running state (an online softmax's max and sum
-                over the keys): its reach is also drawn with the range column's extreme values placed past
-                the first tile (the crossed columns, strategies/dimension_reach.py `crossed_columns`)
+    crossed:    True when a kernel walks it in tiles that carry state or a per-tile path from one tile to
+                the next (an online softmax's running max and sum over the keys): its reach is also drawn
+                crossed with the op's value regimes, their extremes only past the first tile (the crossed
+                columns, strategies/dimension_reach.py `crossed_columns`)
     """
     name: str
     axes: tuple[str, ...]
@@ -84,7 +85,7 @@ class Dimension:
     first_tile: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
     ids: tuple[str, ...] = ()
-    reduced: bool = False
+    crossed: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -284,6 +284,11 @@ RANGE_WRITE_POOLS = ("int8", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat1
 RANGE_WRITE_SCALES = (2.0 ** -126, 1.5 * 2.0 ** -125, 1.0, 2.0 ** -10)
 
 
+#: write_kv's range regime crossed with its token reach: the values at and past the pool format's limits
+#: (past_limits) only on the tokens past the first tile of the write loop
+WRITE_RANGE_REGIMES = ("limits",)
+
+
 def past_limits(rng: np.random.Generator, x: np.ndarray, pool: str, scale) -> np.ndarray:
     """`x` with every other value moved to the limits of the pool's format (PA-52), of alternating sign (a
     limit a kernel gets wrong on one side only, e.g. a quotient wrapped through int32 to -2^31 that the
@@ -311,4 +316,6 @@ def past_limits(rng: np.random.Generator, x: np.ndarray, pool: str, scale) -> np
         values = targets[rng.integers(0, targets.size, size=x.shape)] * s * signs
         moved = np.clip(values, -x_max, x_max).astype(x_dtype)
     out = np.where(moved_at, moved, x)
-    return np.where(np.abs(out.astype(np.float32)) < np.finfo(np.float32).tiny, np.zeros((), x_dtype), out)
+    with np.errstate(over="ignore"):    # float64 values past float32's range: inf, not subnormal, as float32
+        tiny = np.abs(out.astype(np.float32)) < np.finfo(np.float32).tiny
+    return np.where(tiny, np.zeros((), x_dtype), out)
