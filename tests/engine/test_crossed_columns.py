@@ -61,3 +61,18 @@ def test_the_largest_logit_lies_only_past_the_first_tile(op):
             cap = call.soft_cap
             # uncapped: past float32's exp range; capped: the whole span of the cap (-cap .. cap), nearly
             assert gap > (EXP_LIMIT if cap is None else 1.9 * cap), (name, gap, case.params)
+
+
+def test_write_kv_limits_lie_only_past_the_first_token_tile():
+    claims = make_backend().capabilities()["write_kv"]
+    crossed = [(name, strategy) for name, _, strategy in columns("write_kv") if dr.CROSSED in name]
+    assert [name for name, _ in crossed] == [f"reach_tokens{dr.CROSSED}{r}" for r in ar.WRITE_RANGE_REGIMES]
+    for name, strategy in crossed:
+        for case in draw(strategy(claims), 3):
+            x = case.inputs
+            late = dr.past_first_tiles(len(x["slot_mapping"]))
+            assert late >= 128, (name, case.params)
+            for a in ("k", "v"):
+                values = np.abs(x[a].astype(np.float64))
+                # ordinary values (|x| < 2^10) in the first tiles; every other value past them at a limit
+                assert values[:late].max() < 2.0 ** 10 <= values[late:].max(), (name, a, case.params)

@@ -86,7 +86,8 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
         kwargs["v_scale"] = draw(sampled_from(scales))
         big = 9   # reach saturation of the storage format (PA-44)
         # values within an ulp of the format's rounding ties and saturation edges (PA-44)
-        boundary = draw(st.integers(0, 2)) > 0   # booleans() came out True in only ~1 draw in 5 here
+        # (booleans() came out True in only ~1 draw in 5 here); a crossed column keeps its first tiles tame
+        boundary = draw(st.integers(0, 2)) > 0 and not variant.regime
     scale_shape = _scale_shape(variant, num_pages, page_size, hkv)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
