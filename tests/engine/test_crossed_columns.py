@@ -76,3 +76,16 @@ def test_write_kv_limits_lie_only_past_the_first_token_tile():
                 values = np.abs(x[a].astype(np.float64))
                 # ordinary values (|x| < 2^10) in the first tiles; every other value past them at a limit
                 assert values[:late].max() < 2.0 ** 10 <= values[late:].max(), (name, a, case.params)
+
+
+def test_shift_keys_range_deltas_lie_only_past_the_first_block_tile():
+    claims = make_backend().capabilities()["shift_keys"]
+    crossed = [(name, strategy) for name, _, strategy in columns("shift_keys") if dr.CROSSED in name]
+    assert [name for name, _ in crossed] == [f"reach_rotated_blocks{dr.CROSSED}deltas"]
+    for name, strategy in crossed:
+        for case in draw(strategy(claims), 3):
+            deltas = np.abs(case.inputs["position_deltas"].astype(np.int64))
+            late = dr.past_first_tiles(deltas.shape[0])
+            assert late >= 16, (name, case.params)
+            # ordinary shifts (at most 5000) in the first tiles; past them shifts across 2^24 and to int32's ends
+            assert deltas[:late].max() <= 5000 and deltas[late:].max() >= 2 ** 24 - 1, (name, case.params)
