@@ -61,6 +61,9 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         features = () if variant.regime else dr.features_on(draw, claims, DIM_REACH_FEATURES)
         variant = dataclasses.replace(variant, features=features)
         page_size, head_dim, hkv, group = shape["page_size"], shape["head_dim"], shape["hkv"], shape["group"]
+        if variant.regime:    # crossed (NU-15): a head dim that is not a power of two (padded and masked) first
+            ordinary = [d for d in claims.head_dims or DEFAULT_HEAD_DIMS if top is None or d <= top]
+            head_dim = ar.first_non_pow2(constraints.allowed(claims, "head_dim", ordinary))[0]
     else:
         page_size = pick(draw, sizes, "page size")
         head_dim = pick(draw, head_dims, "head dim")
