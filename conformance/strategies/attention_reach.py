@@ -187,6 +187,8 @@ RANGE_SINK_MARGINS = (30.0, 10.0, 80.0)
 #: the range column's value regimes, each the whole of one crossed column (dimension_reach.crossed_columns):
 #: logits of 10^3 .. 10^4 uncapped, under Gemma-2's soft cap, and under sinks that dominate them
 RANGE_REGIMES = ("logits", "soft_cap", "sinks")
+#: the claimed feature each regime needs (its column's features: unsupported, or run with --run-unclaimed)
+REGIME_FEATURES = {"logits": (), "soft_cap": ("soft_cap",), "sinks": ("sinks",), "limits": ()}
 
 
 def range_options(draw, claims: OpClaims, regime: str = "") -> dict:

@@ -118,8 +118,8 @@ def crossed_variants(op: str, clauses: tuple[str, ...], regimes=ar.RANGE_REGIMES
     marks `crossed` drawn large, with one value regime of the range column whose extremes lie only past the
     first tile (attention: attention_reach.range_values late=True; write_kv: its limits past the first
     token tile)."""
-    return tuple(Variant(f"reach_{d}{dr.CROSSED}{r}", (), clauses, reach=f"{DIM_REACH}{d}", values="range", regime=r)
-                 for d, r in dr.crossed_columns(op, regimes))
+    return tuple(Variant(f"reach_{d}{dr.CROSSED}{r}", ar.REGIME_FEATURES[r], clauses, reach=f"{DIM_REACH}{d}",
+                         values="range", regime=r) for d, r in dr.crossed_columns(op, regimes))
 
 
 ATTENTION_VARIANTS += crossed_variants("ragged_paged_attention", ("PA-6", "PA-7", "PA-14", "PA-16", "PA-17", "PA-51",
