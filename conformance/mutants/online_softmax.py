@@ -108,28 +108,28 @@ def _poisoned(result, call: AttentionCall, overflows):
     return filled(result, overflowing_rows(call, overflows), np.nan)
 
 
+def _attention_poisoned(overflows, *args, **kw):
+    """ragged_paged_attention's reference result with NaN where `overflows` says the buggy kernel's exp
+    overflows (the call validated first, as a kernel's adapter does)."""
+    result = reference.ragged_paged_attention(*args, **kw)
+    call = reference.validate_ragged_paged_attention(*args, **{k: v for k, v in kw.items() if k != "return_scores"})
+    return _poisoned(result, call, overflows)
+
+
 @mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="_crossed_", max_size=12,
         description=f"the running max of the online softmax is the first {FIRST_TILE}-key tile's, never updated: "
                     "exp(s - m) overflows float32 once a later tile's logits pass it by more than 88.7")
 class FirstTileMax(Mutant):
-    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
-        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw)
-        opts = {k: v for k, v in kw.items() if k != "return_scores"}
-        call = reference.validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
-                                                         num_seqs, **opts)
-        return _poisoned(result, call, first_tile_max_overflows)
+    def ragged_paged_attention(self, *args, **kw):
+        return _attention_poisoned(first_tile_max_overflows, *args, **kw)
 
 
 @mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="_crossed_", max_size=12,
         description=f"split-KV over {PARTITION}-key splits whose combine weighs each split by exp(lse) in float32 "
                     "without subtracting the largest lse: inf / inf once a split's logits pass 88.7")
 class SplitCombineUnshifted(Mutant):
-    def ragged_paged_attention(self, q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw):
-        result = reference.ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens, num_seqs, **kw)
-        opts = {k: v for k, v in kw.items() if k != "return_scores"}
-        call = reference.validate_ragged_paged_attention(q, k_pages, v_pages, kv_lens, page_indices, cu_q_lens,
-                                                         num_seqs, **opts)
-        return _poisoned(result, call, unshifted_combine_overflows)
+    def ragged_paged_attention(self, *args, **kw):
+        return _attention_poisoned(unshifted_combine_overflows, *args, **kw)
 
 
 @mutant(op="mla_paged_attention", clause="ML-4", only_caught_by="_crossed_", max_size=12,
