@@ -43,8 +43,8 @@ def _list_profile(name: str) -> int:
 
 def _list_dimensions(op: str) -> int:
     """`list --dimensions OP`: one line per dimension of the op (conformance/dimensions): name, the argument
-    axes it sizes, its range (ordinary draws up to small_max, real sizes up to real_max), cheap or not, the
-    threshold mutants planted along it or why none can be, and the source of its real maximum."""
+    axes it sizes, its range (ordinary draws up to small_max, real sizes up to real_max), cheap or not,
+    crossed with the range regimes or not, the threshold mutants planted along it or why none can be, and the source of its real maximum."""
     from kvconform.backends.base import OPS, did_you_mean
     from kvconform.conformance.dimensions import REGISTRY, NARROW_BITS
     if op not in OPS:
@@ -59,7 +59,8 @@ def _list_dimensions(op: str) -> int:
         if d.ids and d.real_max >= 1 << NARROW_BITS:
             mutants += f"; {', '.join(d.ids)} narrowed to {NARROW_BITS} bits"
         print(f"  {d.name:16s} {' '.join(d.axes)}")
-        print(f"  {'':16s} range {d.small_max}..{d.real_max}{'  cheap' if d.cheap else ''}; mutants: {mutants}")
+        marks = ("  cheap" if d.cheap else "") + ("  crossed with the range regimes" if d.crossed else "")
+        print(f"  {'':16s} range {d.small_max}..{d.real_max}{marks}; mutants: {mutants}")
         print(f"  {'':16s} source: {d.source}")
     return EXIT_OK
 

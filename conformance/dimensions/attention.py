@@ -29,7 +29,7 @@ def _attention(q: str, pages: tuple[str, ...], dim_axes: tuple[str, ...], cu: st
     table = (() if csr else (
         Dimension("pages_per_seq", ("page_indices[1]",), *src.PAGES_PER_SEQ, small_max=16,
                   kind="first_tile", first_tile=("page_indices[1]",), why_kind=_LOOP),
-        Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped",
+        Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped", crossed=True,
                   dropped=("kv_lens>=diff(cu_q_lens)",),
                   why_kind="the KV loop stops after T keys; keys past T read from the first tile is the "
                            "pages_per_seq and page_size mutants. " + _NO_KEY_NARROWING),
@@ -75,7 +75,7 @@ ATTENTION_CSR = _attention("q", ("k_pages", "v_pages"), ("q[2]", "k_pages[3]", "
 #: write_kv: "unwritten" along a pool axis is what a write kernel that stops at T does (the slots keep
 #: their old values); the tokens past T are dropped (slot_mapping sliced to T, PA-50 padding)
 WRITE_KV = (
-    Dimension("tokens", ("slot_mapping[0]", "k[0]", "v[0]"), *src.TOKENS, small_max=16, kind="dropped",
+    Dimension("tokens", ("slot_mapping[0]", "k[0]", "v[0]"), *src.TOKENS, small_max=16, kind="dropped", crossed=True,
               dropped=("slot_mapping[0]",), why_kind="tokens past T never written; the same pool as leaving "
                                                       "their slots unwritten"),
     Dimension("pool_slots", ("max(slot_mapping)",), src.POOL_PAGES[0] * 16,
@@ -99,7 +99,7 @@ MLA = (
               small_max=8, unwritten=("out[0]@cu_q_lens",), why_kind="as ragged_paged_attention"),
     Dimension("pages_per_seq", ("page_indices[1]",), *src.PAGES_PER_SEQ, small_max=16, kind="first_tile",
               first_tile=("page_indices[1]",), why_kind=_LOOP),
-    Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped",
+    Dimension("keys", ("max(kv_lens)",), *src.KEYS, small_max=64, kind="dropped", crossed=True,
               dropped=("kv_lens>=diff(cu_q_lens)",), why_kind="the KV loop stops after T keys. " + _NO_KEY_NARROWING),
     Dimension("page_size", ("c_kv_pages[1]", "k_pe_pages[1]"), *src.PAGE_SIZE, small_max=16, kind="first_tile",
               first_tile=("c_kv_pages[1]", "k_pe_pages[1]"), why_kind=_LOOP),

@@ -67,6 +67,10 @@ class Dimension:
     first_tile: input axes read from the first tile past T (kind "first_tile")
     dropped:    length inputs clipped to T, or input axes sliced to T (kind "dropped")
     ids:        integer inputs whose values are ids or offsets along this dimension (16-bit narrowing)
+    crossed:    True when a kernel walks it in tiles that carry state or a per-tile path from one tile to
+                the next (an online softmax's running max and sum over the keys): its reach is also drawn
+                crossed with the op's value regimes, their extremes only past the first tile (the crossed
+                columns, strategies/dimension_reach.py `crossed_columns`)
     """
     name: str
     axes: tuple[str, ...]
@@ -81,6 +85,7 @@ class Dimension:
     first_tile: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
     ids: tuple[str, ...] = ()
+    crossed: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -20,15 +20,16 @@ def _rotation(deltas: str, lut: bool) -> tuple[Dimension, ...]:
         Dimension("head_dim", ("k_pages[3]",) + (("trig_lut[1]",) if lut else ()) + ("rotary_dim",),
                   *src.HEAD_DIM, small_max=16, unwritten=("out[3]",), why_kind=_UNROTATED),
         Dimension("rotated_blocks", ("rotated_block_indices[0]", f"{deltas}[0]"), *src.PAGES_PER_SEQ,
-                  small_max=16, kind="dropped", dropped=("rotated_block_indices[0]", f"{deltas}[0]"),
+                  small_max=16, kind="dropped", crossed=True, dropped=("rotated_block_indices[0]", f"{deltas}[0]"),
                   why_kind="the listed blocks past T are not rotated: the same cache as leaving them unrotated"),
     ) + ((
         Dimension("lut_rows", ("trig_lut[0]", f"max({deltas})"), *src.PAGES_PER_SEQ, small_max=16,
                   kind="first_tile", first_tile=("trig_lut[0]",), ids=(deltas,),
                   why_kind="a LUT row past T read from the first tile (rows count evicted blocks)"),
     ) if lut else (
-        Dimension("delta_positions", (f"max(abs({deltas}))",), 2 ** 31 - 1, "spec/rotation.md: position deltas "
-                  "are int32 values (the range column reaches 2^31 - 1); real contexts: " + src.KEYS[1],
+        Dimension("delta_positions", (f"max(abs({deltas}))",), 2 ** 31, "spec/rotation.md: position deltas "
+                  "are int32 values (the range column reaches 2^31 - 1 and, negative, -2^31); real contexts: "
+                  + src.KEYS[1],
                   small_max=8192, cheap=True,
                   no_mutant="a delta is a value, not an axis: its reach is the 16-bit narrowing", ids=(deltas,)),
     ))

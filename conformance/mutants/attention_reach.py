@@ -150,7 +150,7 @@ class SequenceSearch7Steps(Mutant):
         return filled(result, [lost], 0)
 
 
-@mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="range", max_size=12,
+@mutant(op="ragged_paged_attention", clause="PA-14", only_caught_by="range|_crossed_", max_size=12,
         description="q . k accumulated in float16 before sm_scale (a tensor-core dot with a float16 "
                     "accumulator): a row whose raw |q . k| passes 65504 gets an infinite logit and NaN")
 class LogitsFp16Accumulator(Mutant):

@@ -90,7 +90,7 @@ class WriteKvGridFollowsKeys(Mutant):
         return result
 
 
-@mutant(op="write_kv", clause="PA-44", only_caught_by="range", max_size=12,
+@mutant(op="write_kv", clause="PA-44", only_caught_by="range|_crossed_", max_size=12,
         description="int8 quantization converts the float32 quotient to int32 before saturating: a quotient "
                     "of 2^31 or more (large values over a scale near the smallest normal) wraps to -2^31 and "
                     "stores -128")

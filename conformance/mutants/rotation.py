@@ -93,7 +93,7 @@ class LutRoundedToCacheDtype(Mutant):
 @mutant(op="shift_keys", clause="RO-3",
         description="token shifts converted to float32 before the float64 angle (a float32 position table): exact "
                     "below 2^24, off by up to |delta| 2^-24 past it, a radian and more at int32 extremes",
-        only_caught_by="range")
+        only_caught_by="range|_crossed_")
 class ShiftThroughFloat32Positions(Mutant):
     def shift_keys(self, k_pages, rotated_block_indices, position_deltas, **kw):
         reference.shift_keys(k_pages, rotated_block_indices, position_deltas, **kw)   # RO-12 as given

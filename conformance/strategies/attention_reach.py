@@ -184,21 +184,47 @@ RANGE_SOFT_CAPS = (50.0, 30.0)
 RANGE_SINK_MARGINS = (30.0, 10.0, 80.0)
 
 
-def range_options(draw, claims: OpClaims) -> dict:
-    """Which claimed options the range column turns on for one example: soft cap, dominating sinks."""
+#: the range column's value regimes, each the whole of one crossed column (dimension_reach.crossed_columns):
+#: logits of 10^3 .. 10^4 uncapped, under Gemma-2's soft cap, and under sinks that dominate them
+RANGE_REGIMES = ("logits", "soft_cap", "sinks")
+#: the claimed feature each regime needs (its column's features: unsupported, or run with --run-unclaimed)
+REGIME_FEATURES = {"logits": (), "soft_cap": ("soft_cap",), "sinks": ("sinks",), "limits": ()}
+
+
+def range_options(draw, claims: OpClaims, regime: str = "") -> dict:
+    """Which claimed options the range column turns on for one example: soft cap, dominating sinks; a
+    crossed column's `regime` (RANGE_REGIMES) turns on its own option and no other (unsupported where the
+    option is not claimed)."""
     options = {"sm_scale": draw(sampled_from(RANGE_SM_SCALES))}
-    if "soft_cap" in claims.features and draw(st.booleans()):
-        options["soft_cap"] = draw(sampled_from(RANGE_SOFT_CAPS))
-    if "sinks" in claims.features and draw(st.booleans()):
-        options["sink_margin"] = draw(sampled_from(RANGE_SINK_MARGINS))
+    for name, key, choices in (("soft_cap", "soft_cap", RANGE_SOFT_CAPS), ("sinks", "sink_margin", RANGE_SINK_MARGINS)):
+        if regime == name and name not in claims.features:
+            pytest.skip(f"unsupported: the {regime} regime of a crossed column needs the {name} feature")
+        if regime == name or (not regime and name in claims.features and draw(st.booleans())):
+            options[key] = draw(sampled_from(choices))
     return options
 
 
-def range_values(rng: np.random.Generator, x: dict, q_lens, options: dict) -> dict:
+def _aligned(row: np.ndarray, sign: float, kv_dtype: str, k_scale) -> np.ndarray:
+    """A key of magnitude RANGE_KEY whose every element has `sign` times the sign of `row` (one query row
+    and head), stored in `kv_dtype` (as close to RANGE_KEY as a quantized format and its scale allow)."""
+    aligned = sign * np.where(row >= 0, RANGE_KEY, -RANGE_KEY)
+    if dtypes.is_quantized_dtype(dtypes.resolve_dtype(kv_dtype)):
+        top = np.max(np.abs(finite_values(kv_dtype).astype(np.float64)))
+        aligned = np.clip(np.round(aligned / float(np.float32(k_scale))), -top, top)
+    return aligned
+
+
+def range_values(rng: np.random.Generator, x: dict, q_lens, options: dict, *, late: bool = False) -> dict:
     """The drawn inputs `x` at the magnitudes of PA-52: |q| in [64, 256), the first visible key of every
     sequence set to RANGE_KEY aligned with its first row's first head (raw q . k past 65504 there, the
     float16 limit), sm_scale RANGE_SM_SCALES (logits of 10^3 .. 10^4), quantized pages with half their
-    values at the format's largest magnitude, optionally Gemma-2's soft cap and sinks that dominate."""
+    values at the format's largest magnitude, optionally Gemma-2's soft cap and sinks that dominate.
+
+    late=True (a crossed column, NU-15): the aligned key is the first row's own position (kv_len - q_len:
+    the last tile of a long sequence, past every tile) and every key before it is anti-aligned (logits of
+    -10^3 .. -10^4, or -cap): that row's largest logit lies only in a later tile than its first, by far
+    more than float32's exp range (88.7), so a running max that stops growing or an accumulator that is
+    not rescaled when it grows shows."""
     x = dict(x)
     q_dtype = dtypes.dtype_name(x["q"].dtype)
     q = floats(rng, x["q"].shape, q_dtype, min_exp=RANGE_Q_EXP[0], max_exp=RANGE_Q_EXP[1]).astype(np.float64)
@@ -213,17 +239,18 @@ def range_values(rng: np.random.Generator, x: dict, q_lens, options: dict) -> di
             pages[at_max] = signs[at_max].astype(pages.dtype)
     cu = x["cu_q_lens"]
     k_scale = x.get("k_scale")
+    page_size = k_pages.shape[1]
     for i, q_len in enumerate(q_lens):
         if q_len == 0:
             continue
-        # key 0 is visible to every row (no window in this column): aligned with row 0, head 0 of KV head 0
-        page = int(x["page_indices"][i, 0])
+        # key 0 is visible to every row (no window in this column): aligned with row 0, head 0 of KV head 0;
+        # late: the key at row 0's own position is (every row sees it), the keys before it anti-aligned
         row = q[int(cu[i]), 0]
-        aligned = np.where(row >= 0, RANGE_KEY, -RANGE_KEY)
-        if quantized:   # as close to RANGE_KEY as the format and the scale allow
-            top = np.max(np.abs(finite_values(kv_dtype).astype(np.float64)))
-            aligned = np.clip(np.round(aligned / float(np.float32(k_scale))), -top, top)
-        k_pages[page, 0, 0] = aligned.astype(k_pages.dtype)
+        at = int(x["kv_lens"][i]) - q_len if late else 0
+        for j in range(at + 1 if late else 1):
+            page = int(x["page_indices"][i, j // page_size])
+            sign = 1.0 if j == at else -1.0
+            k_pages[page, j % page_size, 0] = _aligned(row, sign, kv_dtype, k_scale).astype(k_pages.dtype)
     x["q"] = q.astype(x["q"].dtype)
     x["k_pages"], x["v_pages"] = k_pages, v_pages
     x["sm_scale"] = options["sm_scale"]
@@ -259,6 +286,11 @@ RANGE_WRITE_POOLS = ("int8", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat1
 RANGE_WRITE_SCALES = (2.0 ** -126, 1.5 * 2.0 ** -125, 1.0, 2.0 ** -10)
 
 
+#: write_kv's range regime crossed with its token reach: the values at and past the pool format's limits
+#: (past_limits) only on the tokens past the first tile of the write loop
+WRITE_RANGE_REGIMES = ("limits",)
+
+
 def past_limits(rng: np.random.Generator, x: np.ndarray, pool: str, scale) -> np.ndarray:
     """`x` with every other value moved to the limits of the pool's format (PA-52), of alternating sign (a
     limit a kernel gets wrong on one side only, e.g. a quotient wrapped through int32 to -2^31 that the
@@ -286,4 +318,6 @@ def past_limits(rng: np.random.Generator, x: np.ndarray, pool: str, scale) -> np
         values = targets[rng.integers(0, targets.size, size=x.shape)] * s * signs
         moved = np.clip(values, -x_max, x_max).astype(x_dtype)
     out = np.where(moved_at, moved, x)
-    return np.where(np.abs(out.astype(np.float32)) < np.finfo(np.float32).tiny, np.zeros((), x_dtype), out)
+    with np.errstate(over="ignore"):    # float64 values past float32's range: inf, not subnormal, as float32
+        tiny = np.abs(out.astype(np.float32)) < np.finfo(np.float32).tiny
+    return np.where(tiny, np.zeros((), x_dtype), out)

@@ -22,6 +22,7 @@ from kvconform.backends.base import OpClaims
 
 from . import constraints
 from kvconform.conformance.dimensions import dimensions
+from kvconform.conformance.dimensions.model import TILES
 from .values import sampled_from
 
 #: the largest size a long draw gives a dimension that is not cheap: past the largest tile (256) with a tail
@@ -39,6 +40,25 @@ def columns(op: str, *, ids: bool = True) -> tuple[str, ...]:
     those whose ids or offsets carry a narrowing mutant (a family whose `range` column already draws ids
     up to INT32_MAX passes ids=False)."""
     return tuple(d.name for d in dimensions(op) if d.thresholds() or (ids and d.ids))
+
+
+#: the value regimes of the attention range column (attention_reach.RANGE_REGIMES) a crossed column draws
+#: past the first tile of a crossed dimension, in the column `reach_<dimension>_crossed_<regime>`
+CROSSED = "_crossed_"
+
+
+def crossed_columns(op: str, regimes) -> tuple[tuple[str, str], ...]:
+    """(dimension, regime) of each crossed column of `op`: every registry dimension marked `crossed` (the
+    keys of an online softmax, the tokens of a write loop) with every value regime of its range column
+    (spec/numerics.md NU-15 "crossed"); the regime's extreme values sit only past the dimension's first
+    tile (past every tile of model.TILES below the drawn size)."""
+    return tuple((d.name, r) for d in dimensions(op) if d.crossed for r in regimes)
+
+
+def past_first_tiles(n: int) -> int:
+    """The first index of a dimension of size `n` that lies past the first tile of every tiling of
+    model.TILES shorter than n (256 for n = 300): a crossed column puts its extremes from there on."""
+    return max([t for t in TILES if t < n] + [0])
 
 
 def sizes(op: str, name: str, admits=lambda n: True) -> tuple[int, ...]:

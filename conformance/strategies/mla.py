@@ -41,7 +41,8 @@ VARIANTS = (
     # logits of 10^3 .. 10^4 from raw dots past float16's range, Gemma-2's caps, dominating sinks (ML-11)
     Variant("range", (), ("ML-3", "ML-6", "ML-11", "NU-PA5"), values="range"),
 ) + tuple(Variant(f"reach_{d}", (), ("ML-1", "ML-2", "ML-4", "ML-11", "NU-15"), reach=f"{pa.DIM_REACH}{d}")
-          for d in dr.columns("mla_paged_attention"))   # generated (strategies/dimension_reach.py)
+          for d in dr.columns("mla_paged_attention")) \
+    + pa.crossed_variants(OP, ("ML-1", "ML-4", "ML-6", "ML-11", "NU-15"))   # generated (strategies/dimension_reach.py)
 LATENT_DIMS = (4, 8, 6)      # d_c when the backend accepts any; 6 is not a power of two
 ROPE_DIMS = (2, 4)           # d_r: DeepSeek's is d_c / 8; small here so interpreters stay fast
 #: the long_latent column's (d_c, d_r): DeepSeek-V2/V3's kv_lora_rank 512 and qk_rope_head_dim 64

@@ -80,6 +80,7 @@ class Variant:
     partial: bool = False
     negative: bool = False
     reach: str = ""       # "long" or "range": the reach columns (per-token, partial, negative where claimed)
+    regime: str = ""      # a crossed column's: the range column's deltas only on the blocks past the first tile
 
     def __str__(self) -> str:
         return self.name
@@ -105,8 +106,10 @@ BUDGETS = {"long": LONG_BUDGET, "range": RANGE_BUDGET}
 DIM_REACH = "dim:"
 for _op, _variants in (("rotate_keys", "ROTATE_VARIANTS"), ("shift_keys", "SHIFT_VARIANTS")):
     _generated = tuple(Variant(f"reach_{d}", ("per_block_deltas",), ("RO-1", "RO-7", "RO-8", "NU-15"),
-                               reach=DIM_REACH + d)
-                       for d in dr.columns(_op, ids=False))
+                               reach=DIM_REACH + d) for d in dr.columns(_op, ids=False)) \
+        + tuple(Variant(f"reach_{d}{dr.CROSSED}{r}", ("per_block_deltas",), ("RO-3", "RO-10", "NU-15"),
+                        reach=DIM_REACH + d, regime=r)   # crossed (NU-15): shift_keys' range deltas
+                for d, r in dr.crossed_columns(_op, ("deltas",) if _op == "shift_keys" else ()))
     globals()[_variants] += _generated
     BUDGETS.update({v.reach: LONG_BUDGET for v in _generated})
 del _op, _variants, _generated
@@ -319,8 +322,7 @@ def rotate_keys_cases(draw, claims: OpClaims, variant: Variant, *, max_rows: int
 
 
 def _range_deltas(rng, shape, negative: bool) -> np.ndarray:
-    """Token shifts of the range column: half from RANGE_DELTAS (2^24 +- 1, int32's extremes), half
-    uniform over int32 (or [0, 2^31) without negative shifts)."""
+    """Range-column shifts: half RANGE_DELTAS (2^24 +- 1, int32's extremes), half uniform in int32 (or >= 0)."""
     edges = np.array(RANGE_DELTAS, np.int64)
     uniform = rng.integers(-2 ** 31 if negative else 0, 2 ** 31, size=shape)
     chosen = np.where(rng.random(shape) < 0.5, edges[rng.integers(0, edges.size, size=shape)], uniform)
@@ -345,6 +347,8 @@ def shift_keys_cases(draw, claims: OpClaims, variant: Variant):
         big = draw(sampled_from((8, 64, 5000)))
         lo = -big if negative else 1 if variant.reach.startswith(DIM_REACH) else 0   # generated: every key moves
         deltas = p["rng"].integers(lo, big + 1, size=(p["n"], p["width"])).astype(np.int32)
+        late = dr.past_first_tiles(p["n"]) if variant.regime else p["n"]     # crossed: the range deltas past it
+        deltas[late:] = _range_deltas(p["rng"], deltas[late:].shape, negative)
     inputs = dict(k_pages=p["k_pages"], rotated_block_indices=p["idx"], position_deltas=deltas,
                   theta=theta, **_options(p))
     dtype = p["kv_dtype"]

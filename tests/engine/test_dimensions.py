@@ -74,6 +74,7 @@ def test_list_dimensions_prints_the_registry(cli):
         assert d.name in proc.stdout and d.source in proc.stdout
     assert "first_tile past T=16,32,64,128,256" in proc.stdout          # pages_per_seq's mutants
     assert "page_indices narrowed to 16 bits" in proc.stdout
+    assert "crossed with the range regimes" in proc.stdout                # keys (NU-15 crossed reach)
     bad = cli("list", "--dimensions", "ragged_attention")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--dimensions: unknown op 'ragged_attention'" in bad.stderr

@@ -57,8 +57,13 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     dim = variant.reach[len(DIM_REACH):] if variant.reach.startswith(DIM_REACH) else ""
     if dim:    # a generated reach column: one dimension large, the others small, claimed features on
         shape = dr.attention_shape(draw, claims, reach_op, dim)
-        variant = dataclasses.replace(variant, features=dr.features_on(draw, claims, DIM_REACH_FEATURES))
+        # a crossed column's options are its regime's (range_options), the others' the claimed features
+        features = () if variant.regime else dr.features_on(draw, claims, DIM_REACH_FEATURES)
+        variant = dataclasses.replace(variant, features=features)
         page_size, head_dim, hkv, group = shape["page_size"], shape["head_dim"], shape["hkv"], shape["group"]
+        if variant.regime:    # crossed (NU-15): a head dim that is not a power of two (padded and masked) first
+            ordinary = [d for d in claims.head_dims or DEFAULT_HEAD_DIMS if top is None or d <= top]
+            head_dim = ar.first_non_pow2(constraints.allowed(claims, "head_dim", ordinary))[0]
     else:
         page_size = pick(draw, sizes, "page size")
         head_dim = pick(draw, head_dims, "head dim")
@@ -142,7 +147,7 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         kwargs["v_scale"] = draw(sampled_from(SCALES))
     scale_shape = _scale_shape(variant, num_pages, page_size, hkv)
     sink_mode = draw(sampled_from(("finite", "one_minus_inf"))) if "sinks" in variant.features else None
-    options = ar.range_options(draw, claims) if variant.values == "range" else {}
+    options = ar.range_options(draw, claims, variant.regime) if variant.values == "range" else {}
     if "return_scores" in variant.features:
         kwargs["return_scores"] = True
     if shards > 1:
@@ -165,7 +170,7 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
     inputs = dict(q=q, k_pages=k_pages, v_pages=v_pages, kv_lens=kv, page_indices=page_indices,
                   cu_q_lens=cu, num_seqs=num_seqs, **kwargs)
     if variant.values == "range":
-        inputs = ar.range_values(rng, inputs, q_lens, options)
+        inputs = ar.range_values(rng, inputs, q_lens, options, late=bool(variant.regime))
     if quantized:   # NU-PA6: dequantized K/V within q's range (a kernel may hold them in q's dtype, PA-19)
         limit = float(dtypes.max_finite(dtypes.resolve_dtype(q_dtype)))
         for pages, scale in (("k_pages", "k_scale"), ("v_pages", "v_scale")):

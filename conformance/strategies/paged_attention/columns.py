@@ -43,6 +43,7 @@ class Variant:
     reach: str = ""       # a size regime of REACH ("keys", "pages", ...): few examples of large shapes
     values: str = ""      # "range": inputs at the magnitudes real models produce (spec: "Reach")
     layout: str = ""      # the cache handed to the op in this layout (PA-39), when claimed
+    regime: str = ""      # a crossed column's value regime (attention_reach.RANGE_REGIMES), past the first tile
 
     @property
     def long(self) -> bool:
@@ -112,8 +113,23 @@ ATTENTION_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-6", "PA-7", "PA-10", 
                                     reach=f"{DIM_REACH}{d}") for d in dr.columns("ragged_paged_attention"))
 
 
+def crossed_variants(op: str, clauses: tuple[str, ...], regimes=ar.RANGE_REGIMES) -> tuple[Variant, ...]:
+    """The crossed columns of `op` (NU-15, dimension_reach.crossed_columns): each dimension the registry
+    marks `crossed` drawn large, with one value regime of the range column whose extremes lie only past the
+    first tile (attention: attention_reach.range_values late=True; write_kv: its limits past the first
+    token tile)."""
+    return tuple(Variant(f"reach_{d}{dr.CROSSED}{r}", ar.REGIME_FEATURES[r], clauses, reach=f"{DIM_REACH}{d}",
+                         values="range", regime=r) for d, r in dr.crossed_columns(op, regimes))
+
+
+ATTENTION_VARIANTS += crossed_variants("ragged_paged_attention", ("PA-6", "PA-7", "PA-14", "PA-16", "PA-17", "PA-51",
+                                                                  "PA-52", "NU-15"))
+
+
+# (no reach_pool_slots: slots are the pool_pages column's)
 WRITE_VARIANTS += tuple(Variant(f"reach_{d}", (), ("PA-40", "PA-41", "PA-51", "NU-15"), reach=f"{DIM_REACH}{d}")
-                       for d in dr.columns("write_kv") if d != "pool_slots")   # slots: the pool_pages column
+                       for d in dr.columns("write_kv") if d != "pool_slots") \
+    + crossed_variants("write_kv", ("PA-40", "PA-43", "PA-44", "PA-51", "PA-52", "NU-15"), ar.WRITE_RANGE_REGIMES)
 
 
 #: the long column's share of the profile's examples (ci: 3): each long call costs far more

@@ -86,7 +86,8 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
         kwargs["v_scale"] = draw(sampled_from(scales))
         big = 9   # reach saturation of the storage format (PA-44)
         # values within an ulp of the format's rounding ties and saturation edges (PA-44)
-        boundary = draw(st.integers(0, 2)) > 0   # booleans() came out True in only ~1 draw in 5 here
+        # (booleans() came out True in only ~1 draw in 5 here); a crossed column keeps its first tiles tame
+        boundary = draw(st.integers(0, 2)) > 0 and not variant.regime
     scale_shape = _scale_shape(variant, num_pages, page_size, hkv)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
@@ -101,8 +102,10 @@ def write_kv_cases(draw, claims: OpClaims, variant: Variant, *, max_tokens: int 
     if boundary:
         k, v = (quantization_ties(rng, a, kv_dtype, token_scales(kwargs[s], slot_mapping, page_size, padding))
                 for a, s in ((k, "k_scale"), (v, "v_scale")))
-    if variant.values == "range":
-        k, v = (ar.past_limits(rng, a, kv_dtype, kwargs.get(s)) for a, s in ((k, "k_scale"), (v, "v_scale")))
+    if variant.values == "range":   # crossed (NU-15): the limits only on the tokens past the first tile
+        late = dr.past_first_tiles(len(slot_mapping)) if variant.regime else 0
+        for a, s in ((k, "k_scale"), (v, "v_scale")):
+            a[late:] = ar.past_limits(rng, a[late:], kv_dtype, kwargs.get(s))
     inputs = dict(k_pages=k_pages, v_pages=v_pages, k=k, v=v, slot_mapping=slot_mapping, **kwargs)
     params = dict(dtype=x_dtype, kv_dtype=kv_dtype, page_size=page_size, head_dim=head_dim, hkv=hkv,
                   num_pages=num_pages, tokens=len(slot_mapping), variant=variant.name)

@@ -215,27 +215,31 @@ def _heads_groups(draw, claims: OpClaims) -> tuple[int, int]:
     return _heads_over(draw, claims, groups), groups
 
 
-def _ssm_options(draw, rng, heads_shape, token_shape, act, claims: OpClaims, *, softplus_first: bool = False):
+def _ssm_options(draw, rng, heads_shape, token_shape, act, claims: OpClaims, *, softplus_first: bool = False,
+                 features_first: bool = False):
     """D, z, dt_bias, dt_softplus of RS-14 … RS-16, each drawn on or off where claimed (features skip_d,
     z_gate, dt_bias, dt_softplus), within the conventions dt_softplus "always" (RS-37) and required_inputs
     (RS-38: D / dt_bias always given, zeros where the feature is not claimed: exactly neutral).
-    `softplus_first`: the simplest draw has softplus on (the range column)."""
+    `softplus_first`: the simplest draw has softplus on (the range column). `features_first`: the simplest
+    draw has every claimed option on (a size tier of the long column: each feature meets each large
+    dimension in ci, spec/recurrent.md RS-42)."""
     required = set(claims.limits.get("required_inputs") or ())
+    on = (lambda: draw(sampled_from((True, False)))) if features_first else (lambda: draw(st.booleans()))
     kw = {}
-    if "skip_d" in claims.features and ("D" in required or draw(st.booleans())):
+    if "skip_d" in claims.features and ("D" in required or on()):
         kw["D"] = floats(rng, heads_shape, act)
     elif "D" in required:
         kw["D"] = np.zeros(heads_shape, dtypes.resolve_dtype(act))
-    if "z_gate" in claims.features and draw(st.booleans()):
+    if "z_gate" in claims.features and on():
         kw["z"] = floats(rng, token_shape, act)
-    if "dt_bias" in claims.features and ("dt_bias" in required or draw(st.booleans())):
+    if "dt_bias" in claims.features and ("dt_bias" in required or on()):
         kw["dt_bias"] = _positive(rng, heads_shape, act, max_exp=-1)
     elif "dt_bias" in required:
         kw["dt_bias"] = np.zeros(heads_shape, dtypes.resolve_dtype(act))
     if claims.limits.get("dt_softplus") == "always":
         kw["dt_softplus"] = True
     elif "dt_softplus" in claims.features:
-        kw["dt_softplus"] = draw(sampled_from((True, False))) if softplus_first else draw(st.booleans())
+        kw["dt_softplus"] = draw(sampled_from((True, False))) if softplus_first else on()
     else:
         kw["dt_softplus"] = False
     return kw

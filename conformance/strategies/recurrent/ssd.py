@@ -102,7 +102,8 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
     snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
-    kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims, softplus_first=variant.range)
+    kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims, softplus_first=variant.range,
+                      features_first=tier not in ("", "edges", "crossed"))     # the size tiers: features on first
     if regime:
         dt, A = _ssm_range_values(rng, regime, (tokens, heads), (heads,), act, kw["dt_softplus"])
         if tier == "crossed" and regime not in ("decays", "grown"):   # its dt in every chunk past the first

@@ -114,7 +114,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         heads, groups, p = 1, 1, dim
         state_shape, tok, hs, bc = (num_slots, dim, n), (rows, dim), (dim,), (rows, n)
         dt_shape = (rows, dim)
-    kw = _ssm_options(draw, rng, hs, tok, act, claims, softplus_first=variant.range)
+    kw = _ssm_options(draw, rng, hs, tok, act, claims, softplus_first=variant.range, features_first=bool(tier))
     x = floats(rng, tok, act)
     a_shape = hs if mamba2 else (heads * p, n)
     if variant.range:
