@@ -79,12 +79,13 @@ def unlock(out: Path) -> None:
 # --- a new run replaces an earlier one ------------------------------------------------------------------
 
 def foreign_entry(out: Path) -> str | None:
-    """The name of a file or folder in `out` that kvconform did not write, when no earlier run wrote there
-    (no run.json, no results.jsonl): a run would write report.md or junit.xml over a user's own file of that
-    name, so such a folder is refused. None for a new or empty folder, or one an earlier run wrote (its
-    other files stay, see clear)."""
+    """The name of a file or folder in `out` that kvconform did not write, when no earlier run or merge wrote
+    there (no run.json, no results.jsonl, no report.json of kvconform's schema): a run would write
+    report.md or junit.xml over a user's own file of that name, so such a folder is refused. None for a
+    new or empty folder, or one an earlier run or `report merge` wrote (its other files stay, see clear)."""
     out = Path(out)
-    if not out.is_dir() or (out / RUN).exists() or (out / RESULTS).exists():
+    if not out.is_dir() or (out / RUN).exists() or (out / RESULTS).exists() \
+            or str((_json(out / "report.json") or {}).get("schema", "")).startswith("kvconform.report/"):
         return None
     return next((p.name for p in sorted(out.iterdir()) if p.name != LOCK and not p.name.endswith(TMP_SUFFIX)),
                 None)
@@ -96,7 +97,7 @@ def refuse_foreign(out: Path, flag: str) -> None:
     name = foreign_entry(out)
     if name is not None:
         raise FolderError(f"{flag} {out}: holds {name!r}, which kvconform did not write, and no earlier run "
-                          f"(run.json): give a new or empty folder, or the folder of an earlier run")
+                          f"(run.json): give a new or empty folder, or the folder of an earlier run or merge")
 
 
 def clear(out: Path) -> None:

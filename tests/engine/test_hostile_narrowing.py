@@ -90,11 +90,21 @@ def test_a_folder_kvconform_did_not_write_is_refused_on_both_routes(cli, tmp_pat
     assert (out / "report.md").read_text() == "my notes\n" and sorted(p.name for p in out.iterdir()) == ["report.md"]
 
 
-def test_an_op_the_profile_has_no_test_of_is_named(cli, tmp_path):
+def test_an_op_the_profile_has_no_test_of_is_named_and_merge_refuses_a_users_folder(cli, tmp_path):
     """Before: "no test was selected (check -k / -m / node ids, --ops and --shard)" for the models profile
-    and an op it has no case for."""
+    and an op it has no case for. `report merge --out` into a user's folder overwrote its report.md; into
+    an earlier merge's folder it still writes."""
     proc = cli("run", "--backend", "numpy", "--profile", "models", "--ops", "rotate_keys", "--out",
                str(tmp_path / "out"))
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if "no test was selected" in x)
     assert "profile models has no test of rotate_keys (its suite tests " in line and "write_kv" in line, line
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes\n")
+    merged = cli("report", "merge", str(tmp_path / "out" / "report.json"), "--out", str(mine))
+    assert merged.returncode == 2 and "holds 'report.md', which kvconform did not write" in merged.stderr
+    assert (mine / "report.md").read_text() == "my notes\n"
+    for _ in range(2):   # a new folder, then the same folder again (an earlier merge's)
+        again = cli("report", "merge", str(tmp_path / "out" / "report.json"), "--out", str(tmp_path / "merged"))
+        assert again.returncode == 3, again.stdout[-2000:] + again.stderr[-2000:]
