@@ -73,7 +73,6 @@ def pytest_collection_modifyitems(session, config, items):
             keep.append(item)
             continue
         conformance = True
-        op = marker.kwargs.get("op")
         backend = item.callspec.params.get("kvc_backend", "") if hasattr(item, "callspec") else ""
         if not _in_run(item, state):
             drop.append(item)
