@@ -3,7 +3,6 @@ of its values in its worker, before anything judges it, and nothing of the backe
 process (tests/engine/lying_backends.py)."""
 from __future__ import annotations
 
-import json
 import pickle
 
 import numpy as np
