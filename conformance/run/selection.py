@@ -1,9 +1,9 @@
 """pytest options that change what a run runs, as the gate reads them.
 
-A green gate says every claimed case was checked. Some pytest options run fewer tests than the run
-selected, without the user choosing tests: pytest's cache picks them (`--lf`, `--sw`, `--sw-skip`: only
-the tests that failed last time, or those from the last failure on) or the session stops early (`-x`,
-`--maxfail`, `--sw` at a failure), or tests are chosen by hand: `-k`, `-m`, `--deselect` ("-k 'golden'
+A green gate says every claimed case was checked. Some pytest options run fewer of the run's tests:
+pytest's cache picks them (`--lf`, `--sw`, `--sw-skip`: only the tests that failed last time, or those
+from the last failure on), the session stops early (`-x`, `--maxfail`, `--sw` at a failure), or they
+are chosen by hand: `-k`, `-m`, `--deselect` ("-k 'golden'
 selected 11 of the run's 42 tests"), and node ids, single modules, `--ignore` / `--ignore-glob` that leave
 a module of the suite out of the collection. A run narrowed so is NOT CHECKED, and the reason names the
 option and how many of the run's tests ran. The ways to narrow a run that stay checkable are declared
