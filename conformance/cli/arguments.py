@@ -23,6 +23,28 @@ def _check_out(out: str) -> Path:
     return path
 
 
+#: pytest-xdist's options (xdist/plugin.py pytest_addoption, 3.8): `kvconform run` starts xdist itself
+#: from --jobs, with its own scheduler of work units (plugin.pytest_xdist_make_scheduler); those that take
+#: a value, then the flags
+XDIST_VALUED = ("-n", "--numprocesses", "--maxprocesses", "--max-worker-restart", "--dist", "--tx", "--px",
+                "--rsyncdir", "--rsyncignore", "--testrunuid", "--maxschedchunk")
+XDIST_FLAGS = ("-d", "--loadscope-reorder", "--no-loadscope-reorder")
+
+
+def _refuse_xdist(pytest_args: list[str]) -> None:
+    """A pytest-xdist option after `--` (`-n 4`, `-n4`, `--dist=load`, `-p xdist`, `-p no:xdist`):
+    UsageError naming it. It would start workers beside --jobs's, or turn off the run's scheduler."""
+    for i, arg in enumerate(pytest_args):
+        following = pytest_args[i + 1] if i + 1 < len(pytest_args) else ""
+        name = arg.split("=", 1)[0]
+        attached = arg[:2] in ("-n", "-d") and len(arg) > 2 and arg[2] != "-"     # -n4, -nauto
+        plugin = arg.startswith("-p") and "xdist" in (arg[2:] or following)
+        if name in XDIST_VALUED or name in XDIST_FLAGS or attached or plugin:
+            shown = f"{arg} {following}" if arg in (*XDIST_VALUED, "-p") and following else arg
+            raise UsageError(f"pytest-xdist option {shown!r} after --: kvconform run starts its workers itself; "
+                             f"--jobs N is the way to run in N processes")
+
+
 def _parse_ops(text: str | None) -> list[str] | None:
     """--ops: op names separated by commas (None: every op); an empty list or an unknown name is bad input."""
     from kvconform.backends.base import OPS, did_you_mean

@@ -44,13 +44,17 @@ def _report_rebuild(out: Path) -> int:
 def _report_merge(args) -> int:
     """Merge reports and judge the whole (gate.py): every shard of a run present, every claimed op checked."""
     from kvconform.conformance.report import build, causes
-    from kvconform.conformance.run import gate
+    from kvconform.conformance.run import gate, outdir
     try:
         reports = [build.load_report(p) for p in args.reports]
         merged = build.merge(reports, names=list(args.reports))
     except build.ReportError as exc:
         raise UsageError(str(exc)) from None
     out = _check_out(args.out)
+    try:   # report.md and junit.xml would replace a user's files of those names
+        outdir.refuse_foreign(out, "--out")
+    except outdir.FolderError as exc:
+        raise UsageError(str(exc)) from None
     build.write_all(out, merged)
     for line in build.summary_lines(merged, causes.listed_lines(merged)) + gate.lines(merged["gate"]):
         print(line)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvconform.conformance.run.gate import EXIT_FAILED, EXIT_NOT_CHECKED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
 
-from .arguments import UsageError, _check_out, _named_backends, _parse_ops
+from .arguments import UsageError, _check_out, _named_backends, _parse_ops, _refuse_xdist
 
 
 def _resumed(args, out: Path) -> None:
@@ -105,6 +105,7 @@ def cmd_run(args) -> int:
     ops = _parse_ops(args.ops)
     if args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
+    _refuse_xdist(args.pytest_args)
     if args.max_crashes < 0:
         raise UsageError(f"--max-crashes must be >= 0 (0: never stop running a crashing op), got {args.max_crashes}")
     if args.shard:
@@ -128,6 +129,7 @@ def cmd_run(args) -> int:
     collect_only = any(a in ("--co", "--collect-only") for a in args.pytest_args)
     try:   # before loading any backend: a second run into this folder stops here, in one line
         if not collect_only:
+            outdir.refuse_foreign(out, "--out")
             outdir.lock(out)
     except outdir.FolderError as exc:
         raise UsageError(str(exc)) from None

@@ -76,20 +76,24 @@ def write_reproducer(out_dir, nodeid: str, failure: dict, record: dict) -> Path:
 
 
 def write_failure_text(path: Path, nodeid: str, record: dict, failure: dict) -> None:
-    """failure.txt: the failure's whole message, backend traceback and captured output (each at most
-    backend_text.FULL_TEXT_CAP), which the record and the reports show capped."""
+    """failure.txt: the failure's message, backend traceback and captured output as kept (each backend text
+    at most backend_text.KEPT_CAP, cut with its length in the worker), which the record and the reports
+    show capped further."""
     full = failure.get("full_message") or failure.get("message", "")
     rate = failure.get("replays")
     if rate:
         word = "flaky" if failure.get("flaky") else "replayed"
         full = f"{word}: failed {rate['failed']} of {rate['replays']} replays\n{full}"
-    limit = backend_text.FULL_TEXT_CAP
+    limit = 2 * backend_text.KEPT_CAP   # one kept backend text (cut in the worker) and the engine's lines around it
     output = failure.get("output")
     with open(path, "w", errors="replace") as fh:
         fh.write(f"kvconform failure: {nodeid}\nstatus: {record.get('status')}\n\n== message ==\n")
         fh.write(backend_text.cap(full, limit) + "\n")
         if failure.get("traceback"):
             fh.write("\n== backend traceback ==\n" + backend_text.cap(failure["traceback"], limit) + "\n")
+        if failure.get("engine_traceback"):   # a crash: where the run's process saw the worker die
+            fh.write("\n== the crash in the run's process (pytest's traceback) ==\n"
+                     + backend_text.cap(failure["engine_traceback"], limit) + "\n")
         if output is not None and output.path is not None:
             fh.write(f"\n== backend output (stdout and stderr of the failing call, {output.size:,} bytes) ==\n")
     if output is not None and output.path is not None:

@@ -2,9 +2,12 @@
 with its control characters made visible, before the engine stores or shows it.
 
 A record keeps at most a few kilobytes of each text (`cap`: the head and the tail, with how much was cut
-in between and where the whole text is); a failure's whole texts go to one file in its reproducer
-directory (artifacts.py, `failure.txt`). So a 5 MB exception message or a backend printing a megabyte
-per call cannot blow up results.jsonl, the reports or the CLI output.
+in between and where the whole text is); a failure's kept texts go to one file in its reproducer
+directory (artifacts.py, `failure.txt`). What is kept of a text at all is bounded too (`kept`, KEPT_CAP):
+a longer exception message or traceback is cut in the backend's worker, before it crosses to the run,
+with a line giving its length. So a 5 MB exception message or a backend printing a megabyte per call
+costs neither time nor disk in proportion: results.jsonl, the reports, the CLI output and repro/ stay
+the same size.
 
 `visible` writes control characters (ESC, NUL, DEL, C1, bidirectional overrides) as escapes (`\\x1b`),
 so a backend's text cannot move a terminal's cursor, hide part of a report or break XML; newlines and
@@ -21,8 +24,9 @@ MESSAGE_CAP = 4000
 TRACEBACK_CAP = 8000
 #: characters of a backend's captured output kept in the record
 OUTPUT_CAP = 4000
-#: bytes of one text kept in a failure's whole-text file (failure.txt): bounded too, far above any cap
-FULL_TEXT_CAP = 64 * 1024 * 1024
+#: characters (bytes, for what a backend printed) of one text of a failure kept at all, in failure.txt:
+#: its message, its traceback, its output (conformance/README.md "Records")
+KEPT_CAP = 64 * 1024
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
                       "\ud800-\udfff]")
@@ -51,17 +55,26 @@ def _escape(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def cap(text: str, limit: int, whole: str = "") -> str:
+def cap(text: str, limit: int, whole: str = "", *, total: bool = False) -> str:
     """`text` if it has at most `limit` characters, else its first quarter and last three quarters of
-    `limit` with a line between them saying how many characters were cut and where the whole text is
-    (`whole`, e.g. "repro/<id>/failure.txt"). The tail gets more: a traceback's innermost frames and the
-    last lines a backend printed before failing are at the end."""
+    `limit` with a line between them saying how many characters were cut (`total`: of how many) and where
+    the whole text is (`whole`, e.g. "repro/<id>/failure.txt"). The tail gets more: a traceback's innermost
+    frames and the last lines a backend printed before failing are at the end."""
     if len(text) <= limit:
         return text
     head, tail = limit // 4, limit - limit // 4
     cut = len(text) - head - tail
     where = f"; the whole text: {whole}" if whole else ""
-    return f"{text[:head]}\n[... {cut:,} characters cut{where} ...]\n{text[-tail:]}"
+    of = f" of its {len(text):,}" if total else ""
+    return f"{text[:head]}\n[... {cut:,}{of} characters cut{where} ...]\n{text[-tail:]}"
+
+
+def kept(text: str, limit: int = KEPT_CAP) -> str:
+    """What kvconform keeps of a text from a backend at all: `text` up to `limit` (KEPT_CAP) characters,
+    else its head and tail with a line giving how many of its characters were cut (in the worker, before
+    the text is sent: its cost must not grow with it)."""
+    return cap(text, limit, f"not kept (kvconform keeps {KEPT_CAP:,} characters of each text of a failure)",
+               total=True)
 
 
 def was_cut(text: str, limit: int) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import traceback
 
+from kvconform.conformance.engine.backend_text import KEPT_CAP, kept
 from kvconform.conformance.engine.protocol import plain_text
 
 
@@ -25,20 +26,47 @@ class BackendError(Exception):
 
 def _error_payload(exc: BaseException) -> tuple:
     """(type name, message, traceback, class names of the MRO, raise site): what BackendError is rebuilt
-    from. The traceback is whole: a limit would keep the outermost frames and drop the innermost, where
-    it was raised."""
+    from. The traceback is whole, not limited in frames (a limit would keep the outermost frames and drop
+    the innermost, where it was raised); the message and the traceback are each cut to what is kept
+    (backend_text.kept), here in the worker, so that a 5 MB message neither crosses nor is stored."""
     names = tuple(plain_text(c.__name__) for c in type(exc).__mro__)
-    return (plain_text(type(exc).__name__), exception_message(exc), traceback.format_exc(), names,
+    return (plain_text(type(exc).__name__), exception_message(exc), traceback_text(exc), names,
             plain_text(raise_site(exc)))
 
 
 def exception_message(exc: BaseException) -> str:
     """str(exc) as an exact str (protocol.plain_text: nothing of the backend's crosses to the run's
-    process); a __str__ that raises is said, not propagated."""
+    process), cut to what is kept (backend_text.kept) before anything else reads it, so that a 5 MB
+    message costs no more than a short one; a __str__ that raises is said, not propagated."""
     try:
-        return plain_text(exc)
+        text = str(exc)   # the backend's __str__
+        return plain_text(kept(str.__str__(text) if type(text) is not str else text))
     except Exception as inner:   # noqa: BLE001 - the backend's __str__ is the backend's code
         return f"(its message could not be read: str() raised {type(inner).__name__})"
+
+
+def traceback_text(exc: BaseException) -> str:
+    """`exc`'s traceback as traceback.format_exc writes it (its causes and contexts too), each exception's
+    message cut to a quarter of what is kept (the message itself is kept apart) before it is formatted:
+    formatting a 5 MB message took ~30 ms a call, and a cut of the whole would drop the last exception.
+    TracebackException holds the message as `_str` (CPython Lib/traceback.py, 3.8 to 3.13); without it,
+    the whole text is formatted and then cut."""
+    try:
+        top = traceback.TracebackException.from_exception(exc)
+        pending, seen = [top], set()
+        while pending:
+            part = pending.pop()
+            if id(part) in seen:
+                continue
+            seen.add(id(part))
+            if isinstance(getattr(part, "_str", None), str):
+                part._str = kept(part._str, KEPT_CAP // 4)
+            pending += [p for p in (part.__cause__, part.__context__, *(getattr(part, "exceptions", None) or ()))
+                        if p is not None]
+        text = "".join(top.format())
+    except Exception:   # noqa: BLE001 - a __str__ of the backend's that raises, a layout of another Python
+        text = traceback.format_exc()
+    return plain_text(kept(text))
 
 
 def exception_line(message: str) -> str:

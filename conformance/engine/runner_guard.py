@@ -6,13 +6,17 @@ The worker is where the backend's code runs, so the worker records it: `RunnerGu
 `os.killpg` there, and a signal aimed at the run's process (its pid, its process group, or every process
 with pid -1) is not sent; the call that tried is then a failure of the backend, named and said in words
 ("sent SIGTERM to the process running it ..."). Signals to anything else (the backend's own children, its
-worker's group) pass. A signal sent another way (a `kill` command in a subprocess, libc through ctypes)
-is not seen here and still reaches the run.
+worker's group) pass. A signal sent another way (libc's kill() through ctypes, a `kill` command the
+backend starts) is stopped by the kernel filter of signal_filter.py, on Linux: libc's from the worker's
+own process is named as os.kill's is; a started process that tries is ended by SIGSYS, the signal not
+sent, the backend not named.
 """
 from __future__ import annotations
 
 import os
 import signal
+
+from kvconform.conformance.engine import signal_filter
 
 
 class RunnerGuard:
@@ -40,6 +44,13 @@ class RunnerGuard:
             return killpg(pgid, sig)
 
         os.kill, os.killpg = guarded_kill, guarded_killpg
+        #: why the kernel filter is not installed (None: it is): then only os.kill / os.killpg are guarded
+        self.filter_problem = signal_filter.install(runner, self._trapped)
+
+    def _trapped(self) -> None:
+        """The kernel filter stopped a system call of this process aimed at the run (SIGSYS's handler)."""
+        self.sent.append(f"a signal to the process running it (pid {self.runner}) through a system call (libc's "
+                         f"kill, not os.kill)")
 
     def _aims_at_runner(self, target: int, sig: int, *, group: bool) -> bool:
         """Whether os.kill(target, sig) (os.killpg when `group`) would reach the run's process; records it."""

@@ -170,7 +170,7 @@ class _Capture:
 class CapturedOutput:
     """What a backend printed during one call: `size` bytes in all, `text` capped for a record
     (backend_text.OUTPUT_CAP, head and tail), `path` a private copy of the whole text (at most
-    backend_text.FULL_TEXT_CAP bytes) that its holder moves into a reproducer or `discard`s."""
+    backend_text.KEPT_CAP bytes) that its holder moves into a reproducer or `discard`s."""
     size: int
     text: str
     path: str | None
@@ -204,15 +204,15 @@ def read_output(path: str | None) -> CapturedOutput | None:
         fh.seek(0)
         fd, copy = tempfile.mkstemp(prefix="kvconform-output-", suffix=".txt")
         with os.fdopen(fd, "wb") as out:
-            remaining = backend_text.FULL_TEXT_CAP
+            remaining = backend_text.KEPT_CAP
             while remaining > 0:
                 chunk = fh.read(min(remaining, 1 << 20))
                 if not chunk:
                     break
                 out.write(chunk)
                 remaining -= len(chunk)
-            if size > backend_text.FULL_TEXT_CAP:
-                out.write(f"\n[... {size - backend_text.FULL_TEXT_CAP:,} more bytes not kept]\n".encode())
+            if size > backend_text.KEPT_CAP:
+                out.write(f"\n[... {size - backend_text.KEPT_CAP:,} more bytes not kept]\n".encode())
     return CapturedOutput(size, text, copy)
 
 

@@ -70,6 +70,8 @@ def pytest_collection_modifyitems(session, config, items):
     gate's "no test was selected"), then take this shard's slice and skip what a resumed run has done."""
     state = config._kvconform
     suite_ops = {m.kwargs.get("op") for m in (i.get_closest_marker("kvconform") for i in items) if m is not None}
+    before = sum(1 for item in items if _in_run(item, state))
+    cut = _collection_cut(session, config, items) if state.gate_on else None
     yield
     keep, drop = [], []
     conformance = False
@@ -80,9 +82,8 @@ def pytest_collection_modifyitems(session, config, items):
             keep.append(item)
             continue
         conformance = True
-        op = marker.kwargs.get("op")
         backend = item.callspec.params.get("kvc_backend", "") if hasattr(item, "callspec") else ""
-        if (state.ops is not None and op not in state.ops) or backend in state.not_runnable:
+        if not _in_run(item, state):
             drop.append(item)
             continue
         selected += 1
@@ -101,6 +102,10 @@ def pytest_collection_modifyitems(session, config, items):
                 item.add_marker(pytest.mark.xfail(reason=match.reason, strict=match.strict))
                 item._kvc_expectation = match
     state.selected, state.suite_ops = selected, suite_ops
+    narrowed = [line for line in (selection.narrowed_by_hand(config, before, selected),
+                                  cut(selected) if cut else None) if line]
+    if state.gate_on:
+        state.lost += [gate.reason("selection", line) for line in narrowed]
     state.planned = sum(1 for item in keep if item.get_closest_marker("kvconform") is not None)
     if config.pluginmanager.hasplugin("timeout"):   # the engine bounds each backend call (run/selection.py)
         for item in keep:
@@ -109,6 +114,7 @@ def pytest_collection_modifyitems(session, config, items):
     if hasattr(config, "workeroutput"):   # pytest-xdist worker: the controller's gate needs the counts
         config.workeroutput["kvc_selected"] = selected
         config.workeroutput["kvc_suite_ops"] = sorted(suite_ops)
+        config.workeroutput["kvc_narrowed"] = narrowed
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -117,6 +123,39 @@ def pytest_collection_modifyitems(session, config, items):
                                 for item in keep if item.get_closest_marker("kvconform") is not None})
     if conformance:   # before any test draws a case, in every process that collected conformance tests
         profiles.ignore_source_constants()
+
+
+def _in_run(item, state) -> bool:
+    """A conformance test of the run's ops (--ops) and of a backend that can be checked."""
+    marker = item.get_closest_marker("kvconform")
+    if marker is None:
+        return False
+    backend = item.callspec.params.get("kvc_backend", "") if hasattr(item, "callspec") else ""
+    return (state.ops is None or marker.kwargs.get("op") in state.ops) and backend not in state.not_runnable
+
+
+def _collection_cut(session, config, items):
+    """Node ids, module paths and --ignore options that left a module of the suite out of the collection or
+    cut it (run/selection.py): a function of the run's tests left -> its NOT CHECKED line, or None. The
+    suite's folders are those of its collected tests; the arguments as pytest resolved them (pyargs too)."""
+    parts = list(getattr(session, "_initial_parts", None) or ())
+    dirs = {Path(str(item.path)).parent for item in items if item.get_closest_marker("kvconform") is not None}
+    if not parts or not dirs:
+        return None
+    whole = [Path(p.path) for p in parts if not p.parts]
+
+    def ignored(path: Path) -> bool:
+        return bool(config.hook.pytest_ignore_collect(collection_path=path, config=config))
+
+    modules = selection.left_out_modules(dirs, whole, ignored)
+    if not modules:
+        return None
+    given = [Path(p.path).name + "".join(f"::{x}" for x in p.parts) for p in parts
+             if p.parts or not any(d == p.path or p.path in d.parents for d in dirs)]
+    flags = [f"{flag} {value}" for flag, dest in (("--ignore", "ignore"), ("--ignore-glob", "ignore_glob"))
+             for value in config.getoption(dest, None) or ()]
+    total = sum(1 for d in dirs for _ in d.glob("test_*.py"))
+    return lambda after: selection.narrowed_collection(given, flags, modules, total, after)
 
 
 def pytest_collection_finish(session):
@@ -198,3 +237,6 @@ def pytest_testnodedown(node, error):
     if "kvc_selected" in output:
         state.selected = max(state.selected or 0, output["kvc_selected"])
         state.suite_ops = (state.suite_ops or set()) | set(output.get("kvc_suite_ops", ()))
+        known = {r["message"] for r in state.lost}
+        state.lost += [gate.reason("selection", line) for line in output.get("kvc_narrowed", ())
+                       if line not in known]

@@ -27,10 +27,15 @@ def _report_the_message_only(item) -> None:
     default = item.repr_failure
 
     def repr_failure(excinfo, *args, **kwargs):
-        if excinfo.errisinstance((ConformanceFailure, EngineError)):
+        if excinfo.errisinstance(BackendCrash):
+            # the crash's words and the backend's innermost frames (its message); pytest's traceback through
+            # the engine, with every argument's repr (~200 lines under Hypothesis), goes to failure.txt only
+            item._kvc_crash_traceback = str(default(excinfo, *args, **kwargs))
+        if excinfo.errisinstance((ConformanceFailure, EngineError, BackendCrash)):
             path, line, _ = item.location
             notes = [str(note) for note in getattr(excinfo.value, "__notes__", ())]
-            return "\n".join([str(excinfo.value), f"{path}:{line + 1}: {item.name}", *notes])
+            head = f"crash: {excinfo.value}" if excinfo.errisinstance(BackendCrash) else str(excinfo.value)
+            return "\n".join([head, f"{path}:{line + 1}: {item.name}", *notes])
         return default(excinfo, *args, **kwargs)
 
     item.repr_failure = repr_failure
@@ -95,6 +100,7 @@ def pytest_runtest_makereport(item, call):
     if status == "crash" and failure is not None:   # what the backend printed in the call that crashed
         failure["output"] = getattr(harness.worker, "crash_output", None)
         harness.worker.crash_output = None
+        failure["engine_traceback"] = getattr(item, "_kvc_crash_traceback", "")
     record = harness.record()
     record.update({"id": item.nodeid, "test": getattr(item, "originalname", item.name),
                    "variant": _variant(item), "status": status,

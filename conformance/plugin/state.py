@@ -64,7 +64,6 @@ class RunState:
         self.selected: int | None = None      # conformance tests selected before sharding and resuming
         self.planned: int | None = None       # conformance tests this session is to run (None: not collected here)
         self.suite_ops: set[str] | None = None
-        self.by_hand = _selected_by_hand(config)
         self.gate: dict | None = None
         if self.out is not None:
             self.results_path = self.out / outdir.RESULTS
@@ -112,6 +111,7 @@ class RunState:
         repairs a torn last line of results.jsonl; run.json says the run is under way."""
         try:
             self.out.mkdir(parents=True, exist_ok=True)
+            outdir.refuse_foreign(self.out, "--kvc-out")
             outdir.lock(self.out)
             if self.resume:
                 outdir.repair_results(self.results_path)
@@ -122,7 +122,7 @@ class RunState:
             meta = {"profile": self.profile.name, "backends": self.backends,
                     "expectations": [e.to_json() for e in self.expectations],
                     "shard": self.config.getoption("kvc_shard"), "seed": options["seed"], "options": options,
-                    "ops": self.ops, "by_hand": self.by_hand, "run_id": _run_identity(self.config, self)}
+                    "ops": self.ops, "run_id": _run_identity(self.config, self)}
             self.run = outdir.started_run(self.out, meta, self.resume)
         except outdir.FolderError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -211,8 +211,7 @@ class RunState:
 
     def session_facts(self, extra=()) -> dict:
         """What the gate knows of this session beyond results.jsonl (build.assemble's `session`)."""
-        return {"selected": self.selected, "suite_ops": self.suite_ops, "by_hand": self.by_hand,
-                "whole": self.shard is None, "extra": list(extra)}
+        return {"selected": self.selected, "suite_ops": self.suite_ops, "whole": self.shard is None, "extra": list(extra)}
 
     def close(self):
         for loaded in self.loaded.values():
@@ -222,14 +221,6 @@ class RunState:
         if self.out is not None and self.controller:
             interrupt.restore()
             outdir.unlock(self.out)
-
-
-def _selected_by_hand(config) -> bool:
-    """Tests chosen by hand (-k, -m, --deselect, node ids or single modules): then a claimed op without a
-    numerical test is a warning, not a reason the gate fails."""
-    opt = config.option
-    return bool(getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
-                or any("::" in str(a) or str(a).endswith(".py") for a in config.args))
 
 
 def _run_identity(config, state) -> str:

@@ -3,7 +3,7 @@
 report.json keys: schema, suite_version, spec_version, created, platform, profile, seed, shard, run_id
 (the run's identity, the same in each of its shards), ops (requested; null: all), partial (null, or why the
 run did not run every test: interrupted, cut short by a full disk, or never finished), gate {exit_code,
-verdict, failures, not_checked [{kind, backend, op, message}], warnings, selected, by_hand, suite_ops}
+verdict, failures, not_checked [{kind, backend, op, message}], selected, suite_ops}
 (gate.py: the verdict every report shows and every route exits with; a partial run is NOT CHECKED), backends
 {name: description with claims, or load_error / claims_error}, expectations {entries, unmatched}, summary
 {status: n}, matrix [{backend, op, feature, counts, error_ratio}] (worst error / allowed error; "inf"), layers [{backend, layer, counts}] (golden,
@@ -99,8 +99,7 @@ def assemble(records: list[dict], *, backends: dict, run: dict, session: dict | 
     if cut:
         extra.append(gate_mod.reason("partial", f"partial run: {cut}"))
     verdict = gate_mod.judge(records, backends, ops=run.get("ops"), suite_ops=session.get("suite_ops"),
-                             selected=session.get("selected"),
-                             by_hand=session.get("by_hand", bool(run.get("by_hand"))),
+                             selected=session.get("selected"), profile=run.get("profile"),
                              whole=session.get("whole", not run.get("shard")), extra=extra)
     return {
         "schema": SCHEMA,
@@ -296,7 +295,7 @@ def merge(reports: list[dict], names: list[str] | None = None) -> dict:
            "expectations": list(entries.values())}
     session = {"selected": None if None in selected else sum(selected),
                "suite_ops": None if None in suite_ops else sorted({op for o in suite_ops for op in o}),
-               "by_hand": any(g.get("by_hand") for g in gates), "whole": True, "extra": carried}
+               "whole": True, "extra": carried}
     merged = assemble(list(results.values()), backends=backends, run=run, session=session)
     partial = [f"shard {r.get('shard')}: {r['partial']}" for r in reports if r.get("partial")]
     merged["partial"] = "; ".join(partial) or None   # a partial shard leaves the whole partial

@@ -321,8 +321,6 @@ def _gate(verdict: dict | None) -> str:
     text = {0: "every claimed case checked, none failed", 1: f"{verdict['failures']} failed test(s)",
             3: "nothing failed, but not everything claimed was checked"}.get(code, "")
     items = "".join(f"<li>NOT CHECKED {e(r['message'])}</li>" for r in verdict.get("not_checked", []))
-    items += "".join(f"<li>not checked (tests chosen by hand, not counted): {e(r['message'])}</li>"
-                     for r in verdict.get("warnings", []))
     return (f'<div id="gate" style="border-left:6px solid {color};padding-left:.8em"><b>Gate: '
             f'{e(verdict["verdict"])} (exit {e(code)})</b>: {e(text)}' + (f"<ul>{items}</ul>" if items else "")
             + "</div>")

@@ -181,8 +181,6 @@ def _gate(verdict: dict | None) -> list[str]:
                 1: f"{verdict['failures']} failed test(s).",
                 3: "nothing failed, but not everything claimed was checked:"}.get(verdict["exit_code"], ""), ""]
     lines += [f"- NOT CHECKED {_esc(r['message'])}" for r in verdict.get("not_checked", [])]
-    lines += [f"- not checked (tests chosen by hand, not counted): {_esc(r['message'])}"
-              for r in verdict.get("warnings", [])]
     return lines + ([""] if len(lines) > 2 else [])
 
 

@@ -44,16 +44,16 @@ def reason(kind: str, message: str, backend: str | None = None, op: str | None =
 
 
 def judge(records: list[dict], backends: dict, *, ops=None, suite_ops=None, selected: int | None = None,
-          by_hand: bool = False, whole: bool = True, extra=()) -> dict:
+          whole: bool = True, extra=(), profile: str | None = None) -> dict:
     """The verdict over `records` (results.jsonl records, their "backend" the labels of `backends`) and
     `backends` ({label: description}, every backend of the run).
 
     ops: the requested ops (None: all); suite_ops: the ops the collected suite has tests for (None: all);
     selected: conformance tests selected before sharding (None: unknown, then the number of records);
-    by_hand: tests were chosen with -k / -m / node ids, so a claimed op without a numerical test is only a
-    warning; whole: a full run or a merge (a shard judges its own slice, and ops that ran in no test of
+    whole: a full run or a merge (a shard judges its own slice, and ops that ran in no test of
     the slice are left to `report merge`); extra: reasons found elsewhere (an unwritten report, a
-    missing shard, an interruption)."""
+    missing shard, an interruption); profile: the run's profile, named when its suite has no test of a
+    requested op."""
     from kvconform.backends.base import OPS
     failures = [r for r in records if is_failure(r)]
     not_checked: list[dict] = []
@@ -75,13 +75,9 @@ def judge(records: list[dict], backends: dict, *, ops=None, suite_ops=None, sele
                                             + (f": {first[0][:300]}" if first else ""), backend=label))
     count = len(records) if selected is None else selected
     if count == 0 and (usable or not backends):
-        not_checked.append(reason("no-tests", "no test was selected (check -k / -m / node ids, --ops and "
-                                              "--shard): nothing was checked"))
+        not_checked.append(reason("no-tests", _nothing_selected(ops, suite_ops, profile)))
     coverage = _coverage(records, usable, ops, suite_ops, all_usable=len(usable) == len(backends),
                          known_ops=tuple(OPS)) if whole and count else []
-    warnings = []
-    if by_hand:
-        warnings, coverage = coverage, []
     not_checked += coverage
     keys = {_key(r) for r in not_checked}
     for item in extra:
@@ -91,8 +87,18 @@ def judge(records: list[dict], backends: dict, *, ops=None, suite_ops=None, sele
             not_checked.append(dict(item))
     code = EXIT_FAILED if failures else EXIT_NOT_CHECKED if not_checked else EXIT_OK
     return {"exit_code": code, "verdict": VERDICT[code], "failures": len(failures), "not_checked": not_checked,
-            "warnings": warnings, "selected": selected, "by_hand": by_hand,
+            "selected": selected,
             "suite_ops": sorted(suite_ops) if suite_ops is not None else None}
+
+
+def _nothing_selected(ops, suite_ops, profile) -> str:
+    """Why a run selected no test: the requested ops the profile's suite has no test of (the models
+    profile has cases for some ops only), or the options to check."""
+    absent = sorted(set(ops or ()) - set(suite_ops)) if suite_ops is not None else []
+    if absent and not set(ops) & set(suite_ops):
+        return (f"no test was selected: profile {profile or '?'} has no test of {', '.join(absent)} (its suite "
+                f"tests {', '.join(sorted(suite_ops)) or 'no op'}): nothing was checked")
+    return "no test was selected (check --ops, --shard and the profile): nothing was checked"
 
 
 def _key(item: dict) -> tuple:
@@ -153,6 +159,4 @@ def lines(gate: dict) -> list[str]:
         head += ": every claimed case checked, none failed"
     out = [head]
     out += [f"  NOT CHECKED {r['message']}" for r in gate["not_checked"]]
-    out += [f"  not checked (tests chosen by hand, not counted against the gate): {r['message']}"
-            for r in gate.get("warnings", [])]
     return out

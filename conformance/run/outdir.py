@@ -8,7 +8,8 @@ repro/<id>/ (a reproducer: a directory holding a
 kvconform case.json), the lock `.kvconform.lock` and a half-written `.<name>.<pid>.kvconform-tmp`. A new run
 (without resume) deletes these and nothing else: a user's files in the folder, and Hypothesis's example
 database `hypothesis-db/` (the thorough profile's; it only makes a run retry examples that failed before,
-and never changes a verdict), stay.
+and never changes a verdict), stay. A folder that holds files but no earlier run (no run.json or
+results.jsonl) is refused (refuse_foreign): a run's report.md would replace a user's file of that name.
 """
 from __future__ import annotations
 
@@ -76,6 +77,28 @@ def unlock(out: Path) -> None:
 
 
 # --- a new run replaces an earlier one ------------------------------------------------------------------
+
+def foreign_entry(out: Path) -> str | None:
+    """The name of a file or folder in `out` that kvconform did not write, when no earlier run or merge wrote
+    there (no run.json, no results.jsonl, no report.json of kvconform's schema): a run would write
+    report.md or junit.xml over a user's own file of that name, so such a folder is refused. None for a
+    new or empty folder, or one an earlier run or `report merge` wrote (its other files stay, see clear)."""
+    out = Path(out)
+    if not out.is_dir() or (out / RUN).exists() or (out / RESULTS).exists() \
+            or str((_json(out / "report.json") or {}).get("schema", "")).startswith("kvconform.report/"):
+        return None
+    return next((p.name for p in sorted(out.iterdir()) if p.name != LOCK and not p.name.endswith(TMP_SUFFIX)),
+                None)
+
+
+def refuse_foreign(out: Path, flag: str) -> None:
+    """FolderError (one line naming `flag` and one such file) for a folder holding files kvconform did
+    not write and no earlier run (foreign_entry)."""
+    name = foreign_entry(out)
+    if name is not None:
+        raise FolderError(f"{flag} {out}: holds {name!r}, which kvconform did not write, and no earlier run "
+                          f"(run.json): give a new or empty folder, or the folder of an earlier run or merge")
+
 
 def clear(out: Path) -> None:
     """Delete an earlier run's files from `out` (see the module docstring); FolderError if one cannot be."""

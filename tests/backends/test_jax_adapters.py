@@ -86,7 +86,8 @@ def test_decode_kernel_bugs_found_in_one_run_with_diagnosis(tmp_path):
            "-k", "test_attention_poison[jax-paged-attention-base] or "
                  "test_attention_differential[jax-paged-attention-base]"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # both xfail; -k picked two tests of the run: NOT CHECKED
+    assert run.returncode == 3 and "NOT CHECKED -k " in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     records = {r["id"].split("::")[-1]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     poison = records["test_attention_poison[jax-paged-attention-base]"]
     diff = records["test_attention_differential[jax-paged-attention-base]"]

@@ -146,6 +146,7 @@ def test_zero_selected_tests_are_not_checked(cli, tmp_path):
                "-k", "no_such_test_xyz")
     assert proc.returncode == 3, proc.stdout[-2000:]
     assert "NOT CHECKED no test was selected" in proc.stdout
+    assert "NOT CHECKED -k 'no_such_test_xyz' selected 0 of the run's 18 tests" in proc.stdout
     assert "no test was selected" in (out / "junit.xml").read_text()
 
 
@@ -299,8 +300,7 @@ def test_gate_rules():
     rejected = gate.judge([_rec("pass", layer="errors"), _rec("unsupported")], {"b": _desc("write_kv")})
     assert rejected["exit_code"] == 3 and "claims write_kv, but no numerical test of it ran" in \
         rejected["not_checked"][0]["message"]
-    # chosen by hand: a warning; a shard: left to `report merge`; zero selected: not checked
-    assert gate.judge([_rec("pass")], {"b": _desc("write_kv", "rotate_keys")}, by_hand=True)["warnings"]
+    # a shard: left to `report merge`; zero selected: not checked
     assert gate.judge([_rec("pass")], {"b": _desc("write_kv", "rotate_keys")}, whole=False)["exit_code"] == 0
     assert gate.judge([], {"b": _desc("write_kv")}, selected=0, whole=False)["not_checked"][0]["kind"] == "no-tests"
     # a requested op no backend claims

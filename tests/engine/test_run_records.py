@@ -96,13 +96,19 @@ def test_hostile_backends_leave_bounded_escaped_records_and_flaky_is_its_own_sta
     assert huge["status"] == "fail" and len(huge["message"]) < 4500 and "characters cut" in huge["message"]
     assert "backend raised RuntimeError: HEAD-OF-MESSAGE" in huge["message"] and "replay: kvconform replay" in huge["message"]
     assert len(huge["traceback"]) < 9000 and "TAIL-OF-MESSAGE" in huge["traceback"]
-    whole = Path(huge["failure_text"]).read_text()   # the whole texts, in one file per failure
-    assert whole.count("x" * 1000) > 4900 and "TAIL-OF-MESSAGE" in whole and "== backend traceback ==" in whole
+    # what is kept of each text is capped too (before: failure.txt held the 5 MB message and the 5 MB
+    # traceback, repro/ grew with the message, and the run took ~10x as long): head, tail, and its length
+    whole = Path(huge["failure_text"]).read_text()
+    assert "TAIL-OF-MESSAGE" in whole and "== backend traceback ==" in whole
+    assert "of its 5,000,032 characters cut" in whole and len(whole) < 3 * backend_text.KEPT_CAP, len(whole)
+    repro = sum(p.stat().st_size for p in (out / "repro").rglob("*") if p.is_file())
+    assert repro < 4_000_000, repro
     loud = records["loud", "test_one_call"]
     assert loud["status"] == "fail" and loud["output_bytes"] > 1_000_000
     assert len(loud["output"]) < 4500 and "bytes cut" in loud["output"]
     assert loud["output"].startswith("FIRST-PRINTED-LINE") and "LAST-LINE-ON-STDERR" in loud["output"]
-    assert Path(loud["failure_text"]).read_text().count("L" * 1000) >= 1000
+    printed = Path(loud["failure_text"]).read_text()
+    assert abs(printed.count("L" * 1000) - backend_text.KEPT_CAP // 1000) <= 1 and "more bytes not kept" in printed
     assert "L" * 5000 not in proc.stdout + proc.stderr
 
     # control characters from a backend's name and messages never reach a report raw
@@ -133,7 +139,14 @@ def test_hostile_backends_leave_bounded_escaped_records_and_flaky_is_its_own_sta
         unconvertible["message"] and "backend raised" not in unconvertible["message"], unconvertible["message"]
 
     # children a backend spawns die with its worker: at a timeout, and when the run stops it
-    assert records["spawns_and_hangs", "test_one_call"]["status"] == "crash"
+    hang = records["spawns_and_hangs", "test_one_call"]
+    assert hang["status"] == "crash"
+    # a crash prints its words and where, not pytest's traceback through the engine with every argument's
+    # repr (before: ~60 lines here, ~200 under Hypothesis); that traceback is in failure.txt
+    assert "kwargs = {" not in proc.stdout and "def call(self" not in proc.stdout, proc.stdout[-3000:]
+    assert "crash: hang: write_kv did not return within 2 s (worker killed)" in proc.stdout, proc.stdout[-3000:]
+    crash_text = Path(hang["failure_text"]).read_text()
+    assert "== the crash in the run's process (pytest's traceback) ==" in crash_text and "kwargs = {" in crash_text
     assert records["spawns_and_passes", "test_one_call"]["status"] == "pass"
     children = [int(p) for p in pids.read_text().split()]
     assert len(children) == 2 and all(_dead(p) for p in children), children
@@ -263,9 +276,11 @@ def test_resume_options_come_from_run_json_and_a_different_one_is_refused(tmp_pa
 
 def _stale_run_files(out: Path) -> None:
     """What an earlier run of another backend left in `out`: its description (claiming write_kv) and a
-    reproducer; plus a user's own file, which must survive."""
+    reproducer, and its run.json (a folder with files but no run is refused); plus a user's own file,
+    which must survive."""
     from kvconform.conformance.engine import case as case_io
     (out / "backends").mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps({"profile": "ci", "backends": ["fault_backends:make_old"]}))
     (out / "backends" / "fault_backends_make_old.json").write_text(json.dumps(
         {"spec": "fault_backends:make_old", "name": "old", "available": True,
          "capabilities": {"write_kv": {"dtypes": ["float32"], "kv_dtypes": ["float32"]}}}))

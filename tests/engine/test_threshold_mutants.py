@@ -53,7 +53,7 @@ def test_generated_threshold_mutants_are_killed_by_reach_tests(cli, tmp_path, op
     args = [a for m in mutants for a in ("--backend", m.spec)]
     select = f"({' or '.join(REACH_TESTS.split('|'))}) and not rejects"
     proc = cli("run", *args, "--ops", op, "--profile", "ci", "--out", str(out), "--", "-k", select, timeout=1800)
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode in (1, 3), proc.stdout   # -k picks the reach tests: never green[-3000:] + proc.stderr[-3000:]
     results = cli.report(out)["results"]
     catching = REACH_TESTS.split("|")
     problems = []
