@@ -145,6 +145,8 @@ def _collection_cut(session, config, items):
     whole = [Path(p.path) for p in parts if not p.parts]
 
     def ignored(path: Path) -> bool:
+        if not suite_modules.needed(path, config._kvconform.ops):   # no test of the run's ops: not a cut
+            return False
         return bool(config.hook.pytest_ignore_collect(collection_path=path, config=config))
 
     modules = selection.left_out_modules(dirs, whole, ignored)
