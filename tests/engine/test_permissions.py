@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform.conformance.report.coverage import permission_table
+from kvconform.conformance.report.coverage import permission_table, spec_files
+from kvconform.conformance.report.latitudes import latitude_reasons, latitude_table
 from kvconform.conformance.permissions import all_permissions
 
 PERMISSIONS = all_permissions()
@@ -62,3 +63,28 @@ def test_every_permission_of_the_spec_is_listed_with_its_backends():
     taken = {i for p in PERMISSIONS for i in p.ids}
     for row in table:
         assert (row["id"] in taken) == bool(row["backends"]), row
+
+
+def test_every_latitude_of_the_spec_has_a_backend_or_a_written_reason():
+    """Derived from the spec's text: every clause (or section text) that says "may", "is allowed", "either",
+    "unspecified" or "any value" is taken by a permission backend or listed with a reason in
+    spec/numerics.md "Latitudes no backend takes"; no reason is left for a text that no longer says so."""
+    rows = latitude_table()
+    assert len(rows) >= 40, [r["unit"] for r in rows]      # the derivation reads the spec (49 when written)
+    gaps = [(r["unit"], r["excerpt"]) for r in rows if not r["backends"] and not r["reason"]]
+    assert not gaps, f"spec texts granting a latitude with no permission backend and no written reason: {gaps}"
+    stale = set(latitude_reasons()) - {r["unit"] for r in rows}
+    assert not stale, f"reasons for texts that no longer grant a latitude (or are misnamed): {stale}"
+    both = [r["unit"] for r in rows if r["backends"] and r["reason"]]
+    assert not both, f"a reason given where a permission backend takes the latitude: {both}"
+
+
+def test_a_new_may_clause_is_a_gap_until_taken_or_explained():
+    """The check can fail: a clause with "may" and neither a backend nor a reason is a gap, by its id."""
+    texts = dict(spec_files())
+    texts["zz.md"] = "# ZZ\n\n- **ZZ-1 (new).** A backend may return the keys in any order.\n- **ZZ-2.** Exact.\n"
+    rows = {r["unit"]: r for r in latitude_table(texts)}
+    assert "ZZ-1" in rows and not rows["ZZ-1"]["backends"] and not rows["ZZ-1"]["reason"]
+    assert "ZZ-2" not in rows
+    texts["numerics.md"] += "| [ZZ-1](zz.md) | describes the inputs |\n"
+    assert {r["unit"]: r for r in latitude_table(texts)}["ZZ-1"]["reason"] == "describes the inputs"
