@@ -57,7 +57,7 @@ class FreeRowsGarbage(Permission):
         return result._replace(**fields)
 
 
-@permission(id="snapshots_past_length_unspecified", ops="ssd_chunked_scan", clause="RS-19",
+@permission(id="snapshots_past_length_unspecified", ops="ssd_chunked_scan", clause="RS-19, NU-R4",
             description="writes the pool dtype's largest finite value in every snapshot r > L_s of a live "
                         "sequence (the reference writes NaN there: a finite value shows a comparison of them)")
 class SnapshotsPastLengthGarbage(Permission):
@@ -94,7 +94,7 @@ def _flip_zero_signs(out, rotated, layout: str, rotary_dim):
     return out
 
 
-@permission(id="zero_sign_unspecified", ops=("rotate_keys", "shift_keys"), clause='rotation.md "Unspecified"',
+@permission(id="zero_sign_unspecified", ops=("rotate_keys", "shift_keys"), clause='rotation.md "Unspecified", NU-RO5',
             description="returns -0 for every rotated element whose value is +0 and +0 for every -0")
 class ZeroSignFlipped(Permission):
     def rotate_keys(self, k_pages, rotated_block_indices, rotation_deltas, trig_lut, *, layout="half",

@@ -2,7 +2,7 @@
 
 A *latitude unit* is a clause (its definition, up to the next definition or heading) or the text of a
 section outside any clause (named `file "Heading"`), whose text says "may", "is allowed", "either",
-"unspecified" or "any value" (`WORDS`). The list is derived from the spec's text, never kept by hand, so a
+"unspecified", "any value", "never compared", "not compared", "need not" or "in any order" (`WORDS`). The list is derived from the spec's text, never kept by hand, so a
 new clause with "may" shows up as a gap until a permission backend takes it (its row in spec/numerics.md
 "Permissions", or the backend's `clause`, names the unit) or spec/numerics.md "Latitudes no backend takes"
 says why none is needed (the word describes the inputs, an error, a claim tested elsewhere, ...).
@@ -14,7 +14,8 @@ import re
 from .coverage import _DEF, permission_table, spec_files
 
 #: the words that may grant a latitude (case-insensitive)
-WORDS = re.compile(r"\bmay\b|\bis allowed\b|\beither\b|\bunspecified\b|\bany value\b", re.I)
+WORDS = re.compile(r"\bmay\b|\bis allowed\b|\beither\b|\bunspecified\b|\bany value\b|\bnever compared\b"
+                   r"|\bnot compared\b|\bneed not\b|\bin any order\b", re.I)
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$", re.M)
 #: the sections of spec/numerics.md that list latitudes (they are the lists, not latitudes)
 LIST_SECTIONS = ("Permissions", "Latitudes no backend takes")
@@ -82,7 +83,7 @@ def render_latitudes(rows: list[dict], reasons: dict[str, str]) -> list[str]:
     explained = [r for r in rows if not r["backends"] and r["reason"]]
     gaps = [r["unit"] for r in rows if not r["backends"] and not r["reason"]]
     stale = sorted(set(reasons) - {r["unit"] for r in rows})
-    lines = [f"{len(rows) - len(gaps)}/{len(rows)} spec texts that grant a latitude (\"may\", \"unspecified\", ...)"
+    lines = [f"{len(rows) - len(gaps)}/{len(rows)} spec texts that grant a latitude (\"may\", \"not compared\", ...)"
              f" have a permission backend ({len(taken)}) or a written reason ({len(explained)})"]
     if gaps:
         lines.append("latitudes with neither (gaps): " + "; ".join(gaps))
