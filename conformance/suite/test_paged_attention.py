@@ -311,10 +311,8 @@ LAYOUT_VARIANTS = tuple(v for v in pa.ATTENTION_VARIANTS if v.layout)
 @conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-36", "PA-37", "PA-38", "PA-39", "NU-12"))
 @pytest.mark.parametrize("variant", LAYOUT_VARIANTS, ids=str)
 def test_attention_layout_gives_the_canonical_result(kvc, variant):
-    """PA-39: the cache handed in a claimed layout gives the backend's own result for the canonical
-    (separate) layout, compared with the op's checks as NU-12 compares a repeated call (a kernel summing in
-    a nondeterministic order differs in its last bits from call to call). The canonical result against the
-    reference is the differential tests' (a bug of both layouts is reported there, once)."""
+    """PA-39: a claimed layout gives the backend's own canonical (separate) result, under the op's checks as
+    NU-12 compares a repeated call (atomics differ in the last bits); canonical vs reference: differential."""
     claims = kvc.claims(features=variant.features)
     if variant.layout not in (claims.layouts or ()):
         pytest.skip(f"unsupported: layout {variant.layout!r} is not claimed")
