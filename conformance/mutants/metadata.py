@@ -146,6 +146,25 @@ class CsrLastPageTakenFull(Mutant):
                                                     **options)
 
 
+@mutant(op="ragged_paged_attention_csr", clause="PA-24", only_caught_by="poison",
+        description="masks slots past kv_last_page_len by multiplying with zero: NaN there leaks (0 * NaN)")
+class CsrMaskedTailMultipliedByZero(Mutant):
+    """Clean caches hold finite values in the unlisted tail of a last page, so 0 * value is 0 and every
+    differential test passes; the poison property puts NaN there."""
+    def ragged_paged_attention_csr(self, q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                                   **options):
+        result = reference.ragged_paged_attention_csr(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices,
+                                                      kv_last_page_len, **options)
+        indptr, indices, last = (np.asarray(a) for a in (kv_indptr, kv_indices, kv_last_page_len))
+        qo = np.asarray(qo_indptr)
+        for i in range(last.shape[0]):
+            if indptr[i + 1] > indptr[i]:
+                page = int(indices[indptr[i + 1] - 1])
+                tail = np.asarray(v_pages[page, int(last[i]):], np.float64)
+                result[qo[i]:qo[i + 1]] += 0.0 * tail.sum()
+        return result
+
+
 @mutant(op="append_slot_mapping", clause="MD-7",
         description="a sequence's page list staged in a 64-entry buffer: logical page p // P is read at "
                     "(p // P) % 64, so a new token past the 64th page is written into an earlier page's slot "

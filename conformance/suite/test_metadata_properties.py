@@ -27,6 +27,21 @@ def test_block_table_padding_does_not_matter(kvc):
     kvc.for_all(md.block_table_to_csr_cases(kvc.claims()), body, budget=0.5)
 
 
+#: poison in the slots no CSR-listed page holds, padding rows and unlisted pages: the columns of base-sized
+#: calls with the window, the quantized cache and the most KV heads (the block-table op's poison columns,
+#: test_paged_attention.py POISON_VARIANTS, for what MD-23 shares with it)
+CSR_POISON_VARIANTS = tuple(v for v in md.csr_attention_variants()
+                            if v.name in ("base", "sliding_window", "combined", "many_kv_heads"))
+
+
+@conformance_test(op="ragged_paged_attention_csr", layer="property", clauses=("MD-23", "PA-24", "PA-25", "NU-11"))
+@pytest.mark.parametrize("variant", CSR_POISON_VARIANTS, ids=str)
+def test_attention_csr_poison(kvc, variant):
+    """NaN (or the format's poison) in every location a CSR call must not read changes no output row."""
+    claims = kvc.claims(features=variant.features)
+    kvc.for_all(md.attention_csr_cases(claims, variant), kvc.check_poison, budget=0.4)
+
+
 @conformance_test(op="csr_to_block_table", layer="property", clauses=("MD-5",))
 def test_csr_block_table_round_trip(kvc):
     """CSR -> block table (backend) -> CSR (backend) is the identity (MD-5)."""

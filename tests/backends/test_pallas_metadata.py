@@ -80,21 +80,6 @@ def test_csr_attention_equals_block_table_call():
                     expected=BACKEND.ragged_paged_attention(**plain), what="block-table call")
 
 
-@SETTINGS
-@given(md.attention_csr_cases(CLAIMS["ragged_paged_attention_csr"], md.csr_attention_variants()[-1]))
-def test_csr_attention_suite_cases(case):
-    """The suite's own draws (the last CSR column: many KV heads) with their poison applied."""
-    x = case.with_poison().inputs
-    assert_conforms("ragged_paged_attention_csr", x, BACKEND.ragged_paged_attention_csr(**x))
-
-
-@SETTINGS
-@given(md.attention_csr_cases(CLAIMS["ragged_paged_attention_csr"], md.csr_attention_variants()[0]))
-def test_csr_attention_suite_base_cases(case):
-    x = case.with_poison().inputs
-    assert_conforms("ragged_paged_attention_csr", x, BACKEND.ragged_paged_attention_csr(**x))
-
-
 # --- MD-10: the slot mapping read from a packed arena ---------------------------------------------------
 
 GOLDEN = dict(qo_indptr=np.array([0, 2, 3, 3], I32), kv_indptr=np.array([0, 2, 3, 3], I32),
