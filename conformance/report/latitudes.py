@@ -31,8 +31,11 @@ def latitude_units(texts: dict[str, str] | None = None) -> dict[str, str]:
     for name, text in sorted((texts or spec_files()).items()):
         if name == "README.md":
             continue
-        starts = sorted([(m.start(), m.group(1)) for m in _DEF.finditer(text)]
-                        + [(m.start(), f'{name} "{m.group(1)}"') for m in _HEADING.finditer(text)])
+        defs = list(_DEF.finditer(text))
+        lines = {text.count("\n", 0, m.start(1)) for m in defs}    # a heading that defines a clause is the clause
+        starts = sorted([(m.start(), m.group(1)) for m in defs]
+                        + [(m.start(), f'{name} "{m.group(1)}"') for m in _HEADING.finditer(text)
+                           if text.count("\n", 0, m.start()) not in lines])
         for i, (at, unit) in enumerate(starts):
             if name == "numerics.md" and unit in {f'numerics.md "{h}"' for h in LIST_SECTIONS}:
                 continue
