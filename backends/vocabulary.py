@@ -195,5 +195,6 @@ LIMITS["mla_paged_attention"] += ("rope_dim",)
 
 
 # no empty sequences for the page-table ops (spec/metadata.md MD-24): {"seq_len": {"min": 1}}
-for _op in ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena"):
+for _op in ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena",
+            "page_table_step"):
     LIMITS[_op] = LIMITS.get(_op, ()) + ("seq_len",)

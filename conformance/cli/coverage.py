@@ -1,5 +1,5 @@
-"""`kvconform coverage`: clause x layer coverage of the suite, and the permissions with their backends
-(report/coverage.py)."""
+"""`kvconform coverage`: clause x layer coverage of the suite, the permissions with their backends
+(report/coverage.py), and the spec's latitudes with their backend or reason (report/latitudes.py)."""
 from __future__ import annotations
 
 import json
@@ -27,14 +27,18 @@ def cmd_coverage(args) -> int:
     table = coverage.coverage_table(clauses, tests)
     prefixes = (args.family.upper(),) if args.family else ()
     permissions = coverage.permission_table()
+    from kvconform.conformance.report import latitudes
+    latitude_rows = latitudes.latitude_table()
     if args.json:
         print(json.dumps({"clauses": clauses, "coverage": table, "marked": coverage.marked_clauses(),
-                          "permissions": permissions}, indent=1))
+                          "permissions": permissions, "latitudes": latitude_rows}, indent=1))
     else:
         for line in coverage.render(table, clauses, prefixes, coverage.marked_clauses()):
             print(line)
         if not prefixes:    # the permissions of spec/numerics.md, each with its backends
             print()
             for line in coverage.render_permissions(permissions):
+                print(line)
+            for line in latitudes.render_latitudes(latitude_rows, latitudes.latitude_reasons()):
                 print(line)
     return 0

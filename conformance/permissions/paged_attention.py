@@ -79,6 +79,22 @@ class SplitKvFloat32(_Float32Attention):
     how = How(kv_rounded=True, probs_rounded=True, order="split", block=16, flush=True)
 
 
+@permission(id="nondeterministic_order", ops=ATTENTION_OPS, clause="NU-12, NU-PA1",
+            description="every call sums in an order drawn afresh (first or last key first, or split-KV blocks "
+                        "of 16 combined last first), probabilities and output in q's dtype: the same call twice "
+                        "may differ in its last bits, as float atomics on a GPU do")
+class NondeterministicOrder(_Float32Attention):
+    ORDERS = ("forward", "reverse", "split")
+
+    def __init__(self):
+        super().__init__()
+        self._rng = np.random.default_rng()          # OS entropy: no two processes agree either
+
+    @property
+    def how(self) -> How:
+        return How(probs_rounded=True, order=str(self._rng.choice(self.ORDERS)))
+
+
 @permission(id="padding_rows_unspecified", ops=ATTENTION_OPS, clause="PA-25, ML-7",
             description="padding output rows (past cu_q_lens[num_seqs]) filled with NaN")
 class PaddingRowsNan(_Float32Attention):

@@ -78,6 +78,25 @@ def golden_csr_to_block_table_16():
     return case, BlockTable(table, a(70, 0, 32))
 
 
+def golden_block_table_to_csr_no_empty():
+    """No empty sequence (a kernel claiming MD-24 runs it), P = 4: kv_lens 9, 4, 1 own cdiv = 3, 1, 1 pages;
+    last lengths 9 - 8 = 1, 4 (a full page), 1; row 3 lies past num_seqs (MD-6)."""
+    table = np.array([[8, 3, 11], [2, -1, -1], [0, -1, -1], [5, 5, 5]], I32)
+    case = Case("block_table_to_csr", dict(page_indices=table, kv_lens=a(9, 4, 1, 0), num_seqs=3, page_size=4),
+                _params("block_table_to_csr", 4, num_seqs=3, tokens=14))
+    return case, CsrPageTable(a(0, 3, 4, 5), a(8, 3, 11, 2, 0), a(1, 4, 1))
+
+
+def golden_csr_to_block_table_no_empty():
+    """The table above back: kv_lens (3 - 1) * 4 + 1 = 9, 4, 1; padding entries unspecified (MD-6)."""
+    case = Case("csr_to_block_table", dict(kv_indptr=a(0, 3, 4, 5), kv_indices=a(8, 3, 11, 2, 0),
+                                           kv_last_page_len=a(1, 4, 1), page_size=4, pages_per_seq=3),
+                _params("csr_to_block_table", 4, num_seqs=3, tokens=14))
+    table = np.zeros((3, 3), I32)
+    table[0], table[1, 0], table[2, 0] = (8, 3, 11), 2, 0
+    return case, BlockTable(table, a(9, 4, 1))
+
+
 APPEND_GOLDEN = dict(qo_indptr=a(0, 2, 3, 3), kv_indptr=a(0, 2, 3, 3), kv_indices=a(6, 2, 5),
                      kv_last_page_len=a(3, 1, 0), page_size=4)
 # P = 4. seq 0: pages [6, 2], kv_len 4 + 3 = 7, q_len 2: positions 5, 6 in page 2: slots 9, 10.
@@ -89,6 +108,12 @@ APPEND_GOLDEN_16 = dict(qo_indptr=a(0, 6, 22, 22), kv_indptr=a(0, 3, 4, 4), kv_i
 # page 2 (2 * 16 + 15 = 47), 32 .. 36 slots 0 .. 4 of page 9 (144 .. 148), across a page boundary.
 # seq 1: page [5], kv_len 16 (a full page), q_len 16: the whole page, slots 80 .. 95. seq 2: empty.
 APPEND_SLOTS_16 = np.concatenate([a(47, 144, 145, 146, 147, 148), np.arange(80, 96, dtype=I32)])
+APPEND_GOLDEN_NO_EMPTY = dict(qo_indptr=a(0, 2, 3, 4), kv_indptr=a(0, 3, 4, 5), kv_indices=a(8, 3, 11, 2, 0),
+                              kv_last_page_len=a(1, 4, 1), page_size=4)
+# P = 4, no empty sequence (MD-24). seq 0: pages [8, 3, 11], kv_len 9, q_len 2: positions 7 (page 3, slot 3:
+# 15) and 8 (page 11, slot 0: 44). seq 1: page [2], kv_len 4, q_len 1: position 3, slot 11. seq 2: page [0],
+# kv_len 1, q_len 1: position 0, slot 0.
+APPEND_SLOTS_NO_EMPTY = a(15, 44, 11, 0)
 
 
 def _append(x, slots, P):
@@ -125,6 +150,14 @@ GOLDENS = (
            ("MD-3", "MD-4", "MD-5")),
     Golden("csr_to_block_table_16", "csr_to_block_table", goldens.fixed(golden_csr_to_block_table_16),
            ("MD-3", "MD-4", "MD-5")),
+    Golden("block_table_to_csr_no_empty", "block_table_to_csr", goldens.fixed(golden_block_table_to_csr_no_empty),
+           _MD),
+    Golden("csr_to_block_table_no_empty", "csr_to_block_table", goldens.fixed(golden_csr_to_block_table_no_empty),
+           ("MD-3", "MD-4", "MD-5")),
+    Golden("append_no_empty", "append_slot_mapping",
+           goldens.fixed(lambda: _append(APPEND_GOLDEN_NO_EMPTY, APPEND_SLOTS_NO_EMPTY, 4)), ("MD-7",)),
+    Golden("from_arena_no_empty", "slot_mapping_from_arena",
+           goldens.fixed(lambda: _from_arena(APPEND_GOLDEN_NO_EMPTY, APPEND_SLOTS_NO_EMPTY, 4)), ("MD-8", "MD-10")),
     Golden("append", "append_slot_mapping", goldens.fixed(lambda: _append(APPEND_GOLDEN, APPEND_SLOTS, 4)), ("MD-7",)),
     Golden("append_16", "append_slot_mapping",
            goldens.fixed(lambda: _append(APPEND_GOLDEN_16, APPEND_SLOTS_16, 16)), ("MD-7",)),

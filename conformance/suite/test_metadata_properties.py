@@ -122,17 +122,22 @@ def test_page_table_manager_state_machine(kvc):
     sizes = [P for P in (2, 1, 3) if claims.page_sizes is None or P in claims.page_sizes]
     if not sizes:
         pytest.skip("unsupported: no page size 1, 2 or 3 claimed")
+    low = md.shortest(claims)       # a claimed seq_len minimum (MD-24): 0 without it
 
     class Manager(RuleBasedStateMachine):
         @initialize(P=st.sampled_from(sizes))
         def start(self, P):
             self.P, self.state, self.steps = P, reference.empty_page_table(md.NUM_PAGES), 0
+            if low:     # MD-24: no "add" under the claim; the reference adds the first sequence with tokens
+                for cmd in (dict(command="add", seq=0), dict(command="append", seq=0, n=low + P)):
+                    self.state = md.state_of(md.step(self.state, P, cmd))
 
         @rule(data=st.data())
         def command(self, data):
-            cmd = data.draw(md.commands(self.state, self.P))
-            if md.step(self.state, self.P, cmd) is None:
-                return                                       # the pool is full: not drawn as valid
+            cmd = data.draw(md.commands(self.state, self.P, low=low))
+            expected = md.step(self.state, self.P, cmd)
+            if expected is None or not md.admitted_step(self.state, expected, low):
+                return                  # the pool is full, or a sequence left below a claimed seq_len (MD-24)
             case = md.step_case(self.state, self.P, cmd, step=self.steps)
             out = kvc.check(case)
             self.steps += 1

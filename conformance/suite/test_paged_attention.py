@@ -308,11 +308,11 @@ def test_write_kv_call_history(kvc):
 LAYOUT_VARIANTS = tuple(v for v in pa.ATTENTION_VARIANTS if v.layout)
 
 
-@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-36", "PA-37", "PA-38", "PA-39"))
+@conformance_test(op="ragged_paged_attention", layer="property", clauses=("PA-36", "PA-37", "PA-38", "PA-39", "NU-12"))
 @pytest.mark.parametrize("variant", LAYOUT_VARIANTS, ids=str)
-def test_attention_layout_is_bitwise_the_canonical_result(kvc, variant):
-    """PA-39: the cache handed in a claimed layout gives, bit for bit, the backend's own result for the
-    canonical (separate) layout."""
+def test_attention_layout_gives_the_canonical_result(kvc, variant):
+    """PA-39: a claimed layout gives the backend's own canonical (separate) result, under the op's checks as
+    NU-12 compares a repeated call (atomics differ in the last bits); canonical vs reference: differential."""
     claims = kvc.claims(features=variant.features)
     if variant.layout not in (claims.layouts or ()):
         pytest.skip(f"unsupported: layout {variant.layout!r} is not claimed")
@@ -321,8 +321,8 @@ def test_attention_layout_is_bitwise_the_canonical_result(kvc, variant):
     def body(case):
         canonical = kvc.call(case)
         in_layout = pa.in_layout(case, variant.layout)
-        kvc.expect(in_layout, kvc.call(in_layout), canonical, exact=True,
-                   what=f"backend's result for the same cache in the separate layout (PA-39: bitwise)")
+        kvc.expect(in_layout, kvc.call(in_layout), canonical,
+                   what="backend's result for the same cache in the separate layout (PA-39, judged as NU-12)")
     kvc.for_all(pa.attention_cases(claims, base), body, budget=0.4)
 
 

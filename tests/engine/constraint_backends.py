@@ -129,9 +129,11 @@ class MinimumWindow(NumpyBackend):
 
 class NoEmptyPageTables(NumpyBackend):
     """Page-table and slot-mapping kernels that take no empty sequence, claimed as seq_len >= 1
-    (spec/metadata.md MD-24); each raises on a counted sequence without tokens."""
+    (spec/metadata.md MD-24); each raises on a counted sequence without tokens (the manager: in the state
+    it is handed or the one it returns)."""
     name = "no-empty-page-tables"
-    OPS = ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena")
+    OPS = ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena",
+           "page_table_step")
 
     def capabilities(self):
         found = super().capabilities()
@@ -163,3 +165,8 @@ class NoEmptyPageTables(NumpyBackend):
     def slot_mapping_from_arena(self, arena, offsets, num_seqs, page_size):
         return self._guarded("slot_mapping_from_arena", dict(arena=arena, offsets=offsets, num_seqs=num_seqs,
                                                              page_size=page_size))
+
+    def page_table_step(self, *args, **kw):
+        import inspect
+        return self._guarded("page_table_step",
+                             dict(inspect.signature(reference.page_table_step).bind(*args, **kw).arguments))

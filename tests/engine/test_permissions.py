@@ -7,9 +7,13 @@ derivation), never a reason to widen a bound for that backend.
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from kvconform.conformance.report.coverage import permission_table
+from kvconform.conformance.report.coverage import permission_table, spec_files
+from kvconform.conformance.report.latitudes import latitude_reasons, latitude_table
 from kvconform.conformance.permissions import all_permissions
 
 PERMISSIONS = all_permissions()
@@ -62,3 +66,37 @@ def test_every_permission_of_the_spec_is_listed_with_its_backends():
     taken = {i for p in PERMISSIONS for i in p.ids}
     for row in table:
         assert (row["id"] in taken) == bool(row["backends"]), row
+
+
+def test_every_latitude_of_the_spec_has_a_backend_or_a_written_reason():
+    """Derived from the spec's text: every clause (or section text) that says "may", "unspecified", "not
+    compared" or the like (report/latitudes.py WORDS) is taken by a permission backend or listed with a reason in
+    spec/numerics.md "Latitudes no backend takes"; no reason is left for a text that no longer says so."""
+    rows = latitude_table()
+    assert len(rows) >= 40, [r["unit"] for r in rows]      # the derivation reads the spec (53 when written)
+    gaps = [(r["unit"], r["excerpt"]) for r in rows if not r["backends"] and not r["reason"]]
+    assert not gaps, f"spec texts granting a latitude with no permission backend and no written reason: {gaps}"
+    stale = set(latitude_reasons()) - {r["unit"] for r in rows}
+    assert not stale, f"reasons for texts that no longer grant a latitude (or are misnamed): {stale}"
+    both = [r["unit"] for r in rows if r["backends"] and r["reason"]]
+    assert not both, f"a reason given where a permission backend takes the latitude: {both}"
+    # a reason that points at a test, or at a fake backend, points at one that exists
+    root = Path(__file__).resolve().parents[2]
+    fakes = [f.read_text() for f in (root / "tests" / "engine").glob("*_backends.py")]
+    for unit, reason in latitude_reasons().items():
+        for path in re.findall(r"tests/[\w/]+\.py", reason):
+            assert (root / path).is_file(), (unit, path)
+        for name in re.findall(r"`([A-Z][A-Za-z]+)`", reason):
+            assert any(f"class {name}(" in text for text in fakes), (unit, name)
+
+
+def test_a_new_may_clause_is_a_gap_until_taken_or_explained():
+    """The check can fail: a clause with "may" and neither a backend nor a reason is a gap, by its id."""
+    texts = dict(spec_files())
+    texts["zz.md"] = ("# ZZ\n\n- **ZZ-1 (new).** A backend may return the keys in any order.\n- **ZZ-2.** Exact.\n"
+                      "\n### ZZ-3 (a heading clause)\n\nIts padding rows are not compared.\n")
+    rows = {r["unit"]: r for r in latitude_table(texts)}
+    assert "ZZ-1" in rows and not rows["ZZ-1"]["backends"] and not rows["ZZ-1"]["reason"]
+    assert "ZZ-2" not in rows and "ZZ-3" in rows and not [u for u in rows if u.startswith('zz.md "ZZ-3')]
+    texts["numerics.md"] += "| [ZZ-1](zz.md) | describes the inputs |\n"
+    assert {r["unit"]: r for r in latitude_table(texts)}["ZZ-1"]["reason"] == "describes the inputs"

@@ -26,7 +26,7 @@ from kvconform.conformance.engine import strided
 from .contract import SEQUENCE_OPS, block_table_checks, exact_checks, sequence_lengths, uses  # noqa: F401
 from .csr_attention import (attention_csr_cases, attention_csr_checks, block_table_inputs,  # noqa: F401
                             csr_attention_variants)
-from .manager import commands, live, page_table_step_cases, state_of, step, step_case  # noqa: F401
+from .manager import admitted_step, commands, live, page_table_step_cases, state_of, step, step_case  # noqa: F401
 from .reach import (_TABLE_OP, REACH_CASES, _reach_command, _reach_page_size, _reach_params,  # noqa: F401
                     dim_page_tables, reach_append_inputs, reach_append_slot_mapping_cases, reach_arena_layout_cases,
                     reach_block_table_to_csr_cases, reach_csr_to_block_table_cases, reach_page_table_states,

@@ -8,8 +8,13 @@ from kvconform.conformance.engine.case import Case
 
 
 def sequence_lengths(case: Case) -> list[int] | None:
-    """The counted sequences' lengths (kv_len) of a block-table, CSR or arena case (None: the op has none)."""
+    """The counted sequences' lengths (kv_len) of a block-table, CSR or arena case, or of a manager step's
+    state before and after its command (MD-24 judges both; None: the op has none)."""
     x = case.inputs
+    if case.op == "page_table_step":
+        from kvconform import reference
+        after = reference.page_table_step(**x).seq_lens
+        return [int(n) for n in np.asarray(x["seq_lens"])] + [int(n) for n in np.asarray(after)]
     if "kv_lens" in x:
         return [int(n) for n in np.asarray(x["kv_lens"])[:int(x["num_seqs"])]]
     if "arena" in x:                     # MD-8: qo_indptr, kv_indptr, kv_indices, kv_last_page_len at offsets
@@ -36,8 +41,9 @@ def uses(case: Case) -> tuple[set, dict]:
     return set(), space
 
 
-#: the ops whose claims may say `seq_len` (MD-24): the page-table conversions and the slot mappings
-SEQUENCE_OPS = ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena")
+#: the ops whose claims may say `seq_len` (MD-24): the page-table conversions, the slot mappings, the manager
+SEQUENCE_OPS = ("block_table_to_csr", "csr_to_block_table", "append_slot_mapping", "slot_mapping_from_arena",
+                "page_table_step")
 
 
 def exact_checks(case: Case, expected: dict, actual: dict) -> dict:

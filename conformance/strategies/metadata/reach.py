@@ -11,7 +11,7 @@ from kvconform.conformance.engine.case import Case, PoisonRegion
 
 from .. import dimension_reach as dr
 from ..values import pick, sampled_from, seeds
-from .manager import live, step
+from .manager import admitted_step, live, step
 from .tables import (DIM_PREFIX, I32, INT32_MAX, LONG_ARRAYS, LONG_NUM_SEQS, LONG_OTHER_PAGES, LONG_PAGE_SIZES,
                      LONG_POOL, LONG_PREFILL, LONG_WIDEST, PADDING, RANGE_NBYTES, RANGE_PAGE_SIZES, _padding_regions,
                      admitted, shortest)
@@ -237,6 +237,7 @@ def reach_page_table_states(draw, claims: OpClaims, reach: str):
         lens = rng.integers(0, P, size=S)
         lens[0] = (num_pages - 3) * P - int(rng.integers(0, 3))
         ids = np.sort(INT32_MAX - rng.permutation(64)[:S])
+    lens = np.maximum(lens, shortest(claims))       # MD-24: a claimed seq_len minimum raises the short ones
     pages = -(-lens.astype(np.int64) // P)
     keep = np.cumsum(pages) <= num_pages - 2      # room for the command's own pages
     lens, pages, ids = lens[keep], pages[keep], ids[keep]
@@ -297,7 +298,8 @@ def reach_page_table_step_cases(draw, claims: OpClaims, reach: str):
     state, P = draw(reach_page_table_states(claims, reach))
     assume(len(state["seq_ids"]))
     cmd = draw(_reach_command(state, P, reach))
-    assume(step(state, P, cmd) is not None)
+    out = step(state, P, cmd)
+    assume(out is not None and admitted_step(state, out, shortest(claims)))     # MD-24 under a claim
     return Case("page_table_step", dict(state, page_size=P, **cmd),
                 dict(_reach_params(reach, P, len(state["seq_ids"]),
                                    tokens=int(np.asarray(state["seq_lens"], np.int64).sum())), **cmd))
