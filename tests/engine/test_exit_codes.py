@@ -97,7 +97,7 @@ def test_run_judges_every_backend_and_reports_the_verdict_everywhere(cli, tmp_pa
     report = cli.report(out)
     results = report["results"]
     assert {r["backend"] for r in results} == {"numpy"} and len({r["id"] for r in results}) == len(results)
-    assert len(results) == report["gate"]["selected"] == 18   # counted once, not twice (17 tests + strided)
+    assert len(results) == report["gate"]["selected"] == 19   # counted once, not twice (18 tests + strided)
     verdict = report["gate"]
     assert verdict["exit_code"] == 1 and verdict["verdict"] == "FAIL" and verdict["failures"] == 1
     strict = [r for r in results if r.get("strict")]
@@ -136,7 +136,7 @@ def test_plugin_route_exit_status_carries_not_checked(tmp_path):
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "kvconform gate: NOT CHECKED (exit 3)" in proc.stdout
     assert "NOT CHECKED import_faults.os_exits:make: could not be loaded: its process ended while loading" in proc.stdout
-    assert "18 passed" in proc.stdout   # numpy's tests ran (17 + strided); the broken backend's were left out
+    assert "19 passed" in proc.stdout   # numpy's tests ran (18 + strided); the broken backend's were left out
 
 
 def test_zero_selected_tests_are_not_checked(cli, tmp_path):
@@ -146,7 +146,7 @@ def test_zero_selected_tests_are_not_checked(cli, tmp_path):
                "-k", "no_such_test_xyz")
     assert proc.returncode == 3, proc.stdout[-2000:]
     assert "NOT CHECKED no test was selected" in proc.stdout
-    assert "NOT CHECKED -k 'no_such_test_xyz' selected 0 of the run's 18 tests" in proc.stdout
+    assert "NOT CHECKED -k 'no_such_test_xyz' selected 0 of the run's 19 tests" in proc.stdout
     assert "no test was selected" in (out / "junit.xml").read_text()
 
 
