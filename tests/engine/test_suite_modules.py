@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kvconform.backends.base import OPS
 from kvconform.conformance.harness import profiles
 from kvconform.conformance.run import suite_modules
 
@@ -29,8 +30,8 @@ def test_a_suite_module_declares_the_ops_of_its_tests(path):
     tested = _tested_ops(path)
     assert tested, f"{path.name} defines no conformance test"
     declared = suite_modules.declared_ops(path)
-    if declared is None:   # "*": every op; the module must then have tests of every op
-        from kvconform.backends.base import OPS
+    if declared is None:   # every op: the module must say so, and have tests of every op
+        assert f"SUITE_OPS = \"{suite_modules.EVERY_OP}\"" in path.read_text(), f"{path.name} declares no SUITE_OPS"
         assert tested == set(OPS), f"{path.name} declares every op but tests only {sorted(tested)}"
     else:
         assert declared == tested, (f"{path.name}: SUITE_OPS {sorted(declared)} but its tests check "
