@@ -106,6 +106,16 @@ def reach(claims: OpClaims, name: str, candidates, what: str = "") -> tuple[int,
     return chosen
 
 
+def claimed(options, claimed_options, what: str, variant) -> tuple:
+    """The `options` a features-matrix column (`variant`, any family's Variant) may draw that the backend
+    claims (`claimed_options`: a claims list, or None); none claimed: the column is `unsupported` (skip)."""
+    chosen = tuple(o for o in options if o in (claimed_options or ()))
+    if not chosen:
+        pytest.skip(f"unsupported: no claimed {what} for variant {variant.name} "
+                    f"(claims: {list(claimed_options or [])})")
+    return chosen
+
+
 def upper(claims: OpClaims, name: str, default: int) -> int:
     """min(default, the claimed upper bound of `name`)."""
     constraint = claims.limits.get(name)

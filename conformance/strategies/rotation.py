@@ -35,6 +35,7 @@ from . import constraints
 from . import dimension_reach as dr
 from .values import floats, pick, sampled_from, seeds
 from .rotation_contract import rotate_checks, shift_checks
+from .constraints import claimed as _claimed
 
 CACHE_DTYPES = ("float32", "bfloat16", "float16", "float64")
 LUT_DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -113,14 +114,6 @@ for _op, _variants in (("rotate_keys", "ROTATE_VARIANTS"), ("shift_keys", "SHIFT
     globals()[_variants] += _generated
     BUDGETS.update({v.reach: LONG_BUDGET for v in _generated})
 del _op, _variants, _generated
-
-
-def _claimed(options, claimed, what: str, variant: Variant):
-    chosen = tuple(o for o in options if o in (claimed or ()))
-    if not chosen:
-        pytest.skip(f"unsupported: no claimed {what} for variant {variant.name} "
-                    f"(claims: {list(claimed or [])})")
-    return chosen
 
 
 def _shape(draw, claims: OpClaims, variant: Variant, max_pages: int) -> dict:

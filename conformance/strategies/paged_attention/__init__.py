@@ -17,7 +17,7 @@ from .columns import (ATTENTION_VARIANTS, BOUNDARY_SCALES, DEFAULT_HEAD_DIMS, DE
                       DEFAULT_SHARDS, DIM_REACH, DIM_REACH_FEATURES, FLOAT_KV_DTYPES, GROUP_SIZES, KV_HEADS_PER_SHARD,
                       LONG_BUDGET, MANY_HEADS_BUDGET, MANY_KV_HEADS, METADATA_POISON, PADDED_BUDGET, Q_DTYPES,
                       QUANT_KV_DTYPES, RANGE_BUDGET, REACH_BUDGET, SCALES, SHARDED_FEATURES, WRITE_VARIANTS, Variant,
-                      _cdiv, _claimed, _head_counts, crossed_variants, example_share)
+                      _cdiv, _head_counts, crossed_variants, example_share)
 from .contract import (SCORES_PRECISION, _sequence_bounds, attention_checks, dequantized,  # noqa: F401
                        required_out_precision, write_kv_checks)
 from .diagnosis import _attention_diagnosis, _without_empty_sequences, _write_kv_diagnosis, dict_case  # noqa: F401

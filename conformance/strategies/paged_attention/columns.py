@@ -150,14 +150,6 @@ PADDED_BUDGET = 0.2         # write_kv's padded_tokens column: one form of the b
 METADATA_POISON = np.int32(2 ** 30)
 
 
-def _claimed(options, claimed, what: str, variant: Variant):
-    chosen = tuple(o for o in options if o in (claimed or ()))
-    if not chosen:
-        pytest.skip(f"unsupported: no claimed {what} for variant {variant.name} "
-                    f"(claims: {list(claimed or [])})")
-    return chosen
-
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -48,6 +48,7 @@ from kvconform.reference import dtypes
 from .. import constraints
 from ..values import floats, pick, sampled_from
 from . import crossed, reach
+from ..constraints import claimed as _claimed
 
 ACT_DTYPES = ("float32", "bfloat16", "float16", "float64")
 POOL_DTYPES = ("float32", "float64")          # RS-6: the only pool dtypes
@@ -102,14 +103,6 @@ _INDEXED = ("RS-2", "RS-4", "RS-7")
 _PADDED = ("RS-3", "RS-4", "RS-36")
 _REACH = ("RS-2", "RS-41", "RS-42", "NU-R5")
 _RANGE = ("RS-43", "NU-R5")
-
-
-def _claimed(options, claimed, what: str, variant: Variant):
-    chosen = tuple(o for o in options if o in (claimed or ()))
-    if not chosen:
-        pytest.skip(f"unsupported: no claimed {what} for variant {variant.name} "
-                    f"(claims: {list(claimed or [])})")
-    return chosen
 
 
 def _dtypes(draw, claims: OpClaims, variant: Variant) -> tuple[str, str]:
