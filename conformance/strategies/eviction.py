@@ -32,7 +32,7 @@ from kvconform.reference.eviction import EvictionConfig
 
 from kvconform.conformance.engine import strided, tolerance
 from kvconform.conformance.engine.case import Case
-from .values import floats, pick, sampled_from, seeds
+from .values import floats, pick, sampled_from, seeds, shuffled
 
 SCORE_DTYPES = ("float64", "float32", "bfloat16", "float16")
 DEFAULT_BLOCK_SIZES = (2, 1, 4, 3)    # used when any page size is claimed; 3 is not a power of two
@@ -159,7 +159,7 @@ def plan_cases(draw, claims: OpClaims):
         for b in range(a):
             if source[a] != source[b]:
                 assume(abs(beta[a] - beta[b]) > SEPARATION * max(abs(beta[a]), abs(beta[b])))
-    pages = draw(st.permutations(range(num_blocks + 2)))
+    pages = shuffled(draw, num_blocks + 2)
     table = np.asarray(pages[:num_blocks], dtype=np.int32)
     inputs = dict(block_table=table, acc=acc, counts=counts, config=config)
     params = dict(dtype="float64", kv_dtype="int32", tokens=L, block_size=B, start_size=config.start_size,

@@ -33,7 +33,7 @@ from kvconform.conformance.engine.case import Case, PoisonRegion
 from .variations import widened
 from . import constraints
 from . import dimension_reach as dr
-from .values import floats, pick, sampled_from, seeds
+from .values import floats, pick, sampled_from, seeds, shuffled
 from .rotation_contract import rotate_checks, shift_checks
 from .constraints import claimed as _claimed
 
@@ -215,8 +215,7 @@ def _layout_and_pool(draw, claims: OpClaims, variant: Variant, max_pages: int = 
     shape = _shape(draw, claims, variant, max_pages)
     page_size, head_dim, rotary_dim, hkv, n, num_pages = (shape[k] for k in (
         "page_size", "head_dim", "rotary_dim", "hkv", "n", "num_pages"))
-    order = draw(st.permutations(range(num_pages))) if num_pages <= 16 else \
-        np.random.default_rng(draw(seeds)).permutation(num_pages).tolist()   # long pools: one draw, not 70
+    order = shuffled(draw, num_pages)
     idx = np.asarray(order[:n], dtype=np.int32)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)

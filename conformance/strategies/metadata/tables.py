@@ -13,7 +13,7 @@ from kvconform.conformance.engine.case import Case, PoisonRegion
 
 from .. import constraints
 from .. import dimension_reach as dr
-from ..values import pick, sampled_from, seeds
+from ..values import pick, sampled_from, seeds, shuffled
 
 I32 = np.int32
 
@@ -129,7 +129,7 @@ def page_tables(draw, P: int, *, max_seqs: int = 3, max_pages: int = 3, min_len:
     extra = draw(st.integers(0, 1))                     # rows past num_seqs (MD-6)
     W = max(draw(st.integers(1, max_pages)), -(-min_len // P))
     lens = [draw(st.integers(min_len, W * P)) for _ in range(S)]
-    pool = draw(st.permutations(range((S + extra) * W + 2)))
+    pool = shuffled(draw, (S + extra) * W + 2)
     table = np.array(pool[:(S + extra) * W], I32).reshape(S + extra, W)
     lens_all = np.array(lens + [draw(st.integers(0, W * P)) for _ in range(extra)], I32)
     pages = np.array([-(-n // P) for n in lens], np.int64)

@@ -15,7 +15,7 @@ from kvconform.reference import dtypes
 from .. import attention_reach as ar
 from .. import constraints
 from .. import dimension_reach as dr
-from ..values import dequantized_within, floats, pick, sampled_from, seeds
+from ..values import dequantized_within, floats, pick, sampled_from, seeds, shuffled
 from .columns import (DEFAULT_HEAD_DIMS, DEFAULT_PAGE_SIZES, DEFAULT_SHARDS, DIM_REACH, DIM_REACH_FEATURES,
                       FLOAT_KV_DTYPES, Q_DTYPES, QUANT_KV_DTYPES, SCALES, SHARDED_FEATURES, Variant,
                       _cdiv, _head_counts)
@@ -101,7 +101,7 @@ def attention_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int =
         num_pages = shape["pool"]
         physical = list(range(num_pages - 1, num_pages - 1 - sum(used), -1)) + list(range(spare_pages))
     else:
-        physical = draw(st.permutations(range(num_pages)))   # shuffled page table (PA-10)
+        physical = shuffled(draw, num_pages)   # shuffled page table (PA-10)
     assume(num_pages <= constraints.upper(claims, "max_pages", num_pages))
     pad_rows = draw(st.integers(0, 2))
 
