@@ -35,16 +35,19 @@ class RopeFromLogicalPage(Mutant):
                                                       cu_q_lens, num_seqs, **kw)
         a = call.attention
         page_size = np.shape(c_kv_pages)[1]
-        out = np.zeros(np.shape(q_nope), np.float64)
+        # what the buggy kernel reads, as one call: each (sequence, page) gets a page of its own in a new
+        # pool, holding the latent page the table names and the RoPE page of the logical number
+        c_kv, k_pe = np.asarray(c_kv_pages), np.asarray(k_pe_pages)
+        table = np.zeros_like(np.asarray(page_indices))
+        latent, rope, pages = [c_kv[:1]], [k_pe[:1]], 1   # page 0: the target of every unused table entry
         for i in range(a.num_seqs):
-            # what the buggy kernel reads for sequence i: page l of the RoPE pool for its l-th page
-            wrong = np.array(k_pe_pages, copy=True)
-            for page in range(-(-int(a.kv_lens[i]) // page_size)):
-                wrong[a.page_indices[i, page]] = np.asarray(k_pe_pages)[page]
-            rows = slice(int(a.cu_q_lens[i]), int(a.cu_q_lens[i + 1]))
-            out[rows] = reference.mla_paged_attention(q_nope, q_pe, c_kv_pages, wrong, kv_lens, page_indices,
-                                                      cu_q_lens, num_seqs, **kw)[rows]
-        return out
+            used = -(-int(a.kv_lens[i]) // page_size)
+            table[i, :used] = pages + np.arange(used)
+            latent += [c_kv[a.page_indices[i, :used]]]
+            rope += [k_pe[np.arange(used)]]
+            pages += used
+        return reference.mla_paged_attention(q_nope, q_pe, np.concatenate(latent), np.concatenate(rope), kv_lens,
+                                             table, cu_q_lens, num_seqs, **kw)
 
 
 @mutant(op="mla_paged_attention", clause="ML-5",
