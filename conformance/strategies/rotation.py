@@ -121,7 +121,7 @@ def _shape(draw, claims: OpClaims, variant: Variant, max_pages: int) -> dict:
     if variant.reach == "long":
         return draw(_long_shape(claims))
     if variant.reach.startswith(DIM_REACH):
-        return dim_shape(draw, claims, variant.reach[len(DIM_REACH):])
+        return dim_shape(draw, claims, variant.reach[len(DIM_REACH):], crossed=bool(variant.regime))
     page_size = pick(draw, constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES),
                      "page size")
     head_dims = constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS)
@@ -165,9 +165,10 @@ def _long_shape(draw, claims: OpClaims) -> dict:
                 num_pages=max(num_pages, n))
 
 
-def dim_shape(draw, claims: OpClaims, dim: str) -> dict:
+def dim_shape(draw, claims: OpClaims, dim: str, *, crossed: bool = False) -> dict:
     """The shape of a generated reach column: `dim` at a size of dimension_reach.sizes (even head dims: the
-    pairs), everything else small; a pool at real scale lists 4 of its pages, shuffled (past 2^16)."""
+    pairs), everything else small; a pool at real scale lists 4 of its pages, shuffled (past 2^16). A
+    crossed column (NU-15) draws only sizes that pass a tile: its extremes lie past the first one."""
     ok = lambda key: (lambda n: constraints.admits(claims.limits.get(key), n))   # noqa: E731
     page_size = min(constraints.allowed(claims, "page_size", claims.page_sizes or DEFAULT_PAGE_SIZES))
     head_dim = min(d for d in constraints.allowed(claims, "head_dim", claims.head_dims or DEFAULT_HEAD_DIMS)
@@ -189,7 +190,7 @@ def dim_shape(draw, claims: OpClaims, dim: str) -> dict:
         shape.update(head_dim=dr.pick_size(draw, op, dim, lambda n: n % 2 == 0 and (claimed is None or n in claimed)
                                            and ok("head_dim")(n)))
     elif dim == "rotated_blocks":
-        n = dr.pick_size(draw, op, dim, lambda n: ok("max_pages")(n + 2))
+        n = dr.pick_size(draw, op, dim, lambda n: ok("max_pages")(n + 2) and (not crossed or dr.past_first_tiles(n) > 0))
         shape.update(n=n, num_pages=n + 2)
     elif dim == "lut_rows":
         shape.update(lut_rows=dr.pick_size(draw, op, dim))
