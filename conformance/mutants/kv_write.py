@@ -130,3 +130,42 @@ class WriteKvPageByShift(Mutant):
             moved = (slots >> shift) * page_size + (slots & ((1 << shift) - 1))
             slots = np.where((slots >= 0) & (moved < P * page_size), moved, -1)   # out of the pool: lost
         return reference.write_kv(k_pages, v_pages, k, v, slots.astype(np.asarray(slot_mapping).dtype), **kw)
+
+
+@mutant(op="write_kv", clause="PA-44", only_caught_by="_crossed_", max_size=10 ** 6,
+        description="tokens past the first 256-token tile go through the loop's second path, whose "
+                    "conversion does not saturate: an overflowing quotient is stored as inf (e5m2), NaN "
+                    "(e4m3fn) or wrapped modulo 256 (int8); the first tile saturates (short calls, or long "
+                    "calls of ordinary values, pass)")
+class WriteKvUnsaturatedPastFirstTile(Mutant):
+    TILE = 256
+    LARGEST = {"float8_e5m2": 57344.0, "float8_e4m3fn": 448.0, "int8": 127.0}
+
+    def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
+        result = reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
+        name = dtypes.dtype_name(k_pages.dtype)
+        if name not in self.LARGEST or np.shape(slot_mapping)[0] <= self.TILE:
+            return result
+        late = np.zeros(np.shape(slot_mapping)[0], dtype=bool)
+        late[self.TILE:] = True
+        live = late & (np.asarray(slot_mapping) >= 0)
+        slots = np.asarray(slot_mapping)[live]
+        overflow = np.inf if name == "float8_e5m2" else np.nan     # e4m3fn has no infinity
+        pools = []
+        for pool, x, scale in ((result.k_pages, k, k_scale), (result.v_pages, v, v_scale)):
+            pool = pool.copy()
+            scale = 1.0 if scale is None else scale
+            with np.errstate(over="ignore", invalid="ignore"):   # a quotient past float32: inf, overflowing
+                q = np.asarray(x[: np.shape(slot_mapping)[0]][live], np.float32) / np.asarray(scale, np.float32)
+            if np.ndim(scale) != 0:    # a per-head or per-token scale: left to the reference
+                pools.append(pool)
+                continue
+            flat = pool.reshape(-1, *pool.shape[2:])
+            over = np.abs(q) > self.LARGEST[name] + 0.5
+            if name == "int8":       # the low byte of the rounded quotient
+                wrapped = (np.rint(np.clip(q, -2.0 ** 31, 2.0 ** 31 - 1)).astype(np.int64) & 0xFF).astype(np.uint8)
+                flat[slots] = np.where(over, wrapped.view(np.int8), flat[slots])
+            else:
+                flat[slots] = np.where(over, np.sign(q) * overflow, flat[slots].astype(np.float32)).astype(pool.dtype)
+            pools.append(pool)
+        return type(result)(*pools)

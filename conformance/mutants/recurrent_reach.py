@@ -1,7 +1,10 @@
-"""Mutants of the recurrent family that need BOTH a size threshold and a value regime (issue "Reach by
-principle"; spec/recurrent.md RS-45): a long sequence alone (tame values) and the range column alone (one
-short chunk) pass each of them; the `crossed` tier of the long column (range regimes over several chunks,
-strategies/recurrent_crossed.py) and, for the slot ids, the `slots` tier are what catch them.
+"""Mutants of the recurrent family that need BOTH a size threshold and a value regime or an option (issue
+"Reach by principle"; spec/recurrent.md RS-42, RS-45): a long sequence alone (tame values) and the range
+column alone (one short chunk) pass each of them; the `crossed` tier of the long column (range regimes over
+several chunks, strategies/recurrent/crossed.py) and, for the slot ids, the `slots` tier are what catch them.
+The last two need an option met at a large dimension: the gated delta rule's `use_qk_l2norm` at K past one
+64-key block (the `heads` tier), SSD's `has_initial_state` past 64 sequences (the `sequences` tier); the
+size tiers draw their claimed options on in their first example for that.
 
 Each wraps the reference so that exactly one rule is broken, and only where its threshold and its values
 meet; elsewhere it returns the reference's result unchanged (or the same up to the order of its sums).
@@ -15,7 +18,7 @@ from kvconform.reference.recurrent import gated_delta as gd
 from kvconform.reference.recurrent.slots import gather_rows, scatter_rows
 
 from . import Mutant, mutant
-from .recurrent_gated_delta import _chunk_split_decays
+from .recurrent_gated_delta import _chunk_split_decays, _chunked_with_step
 
 
 @mutant(op="rwkv6_wkv", clause="RS-20", only_caught_by="long", max_size=160,
@@ -96,3 +99,43 @@ class SlotIdsNarrowedTo16Bits(Mutant):
             return result                             # two rows on one slot: the kernel's race, not modelled
         return reference.causal_conv1d_update(x, conv_state, weight, bias, activation=activation,
                                               state_indices=narrowed)
+
+
+def _l2_first_block(x: np.ndarray, block: int) -> np.ndarray:
+    """x / sqrt(sum of the first `block` x[..., k]^2 + 1e-6): the norm of one key block applied to all K."""
+    head = x[..., :block]
+    return x / np.sqrt(np.sum(head * head, axis=-1) + gd.L2NORM_EPS)[..., None]
+
+
+def _first_block_normed(call, block: int):
+    """The validated call with q and k normalised by their first key block, use_qk_l2norm off."""
+    return call._replace(q=_l2_first_block(call.q, block), k=_l2_first_block(call.k, block), use_qk_l2norm=False)
+
+
+@mutant(op="gated_delta_rule_chunked", clause="RS-29", only_caught_by="long", max_size=160,
+        description="use_qk_l2norm divides q and k by the norm of their first 64 key elements (a norm "
+                    "kernel of one 64-wide block) instead of all K: exact for K <= 64, wrong for the real "
+                    "heads of 128 and 256 keys")
+class GDNL2NormFirstKeyBlock(Mutant):
+    BLOCK = 64
+
+    def gated_delta_rule_chunked(self, q, k, v, g, beta, state, cu_seqlens, **kw):
+        call = reference.validate_gated_delta_rule_chunked(q, k, v, g, beta, state, cu_seqlens, **kw)
+        if not call.use_qk_l2norm or call.q.shape[-1] <= self.BLOCK:
+            return reference.gated_delta_rule_chunked(q, k, v, g, beta, state, cu_seqlens, **kw)
+        return _chunked_with_step(_first_block_normed(call, self.BLOCK), gd._step)
+
+
+@mutant(op="ssd_chunked_scan", clause="RS-5", only_caught_by="long", max_size=160,
+        description="has_initial_state is loaded for the first 64 sequences only (one block of the flag "
+                    "load, the rest left at True): a later fresh sequence starts from its slot's stale state")
+class FreshFlagsFirstBlockOnly(Mutant):
+    BLOCK = 64
+
+    def ssd_chunked_scan(self, *args, has_initial_state=None, **kw):
+        if has_initial_state is not None and np.ndim(has_initial_state) == 1 \
+                and np.shape(has_initial_state)[0] > self.BLOCK:
+            flags = np.array(has_initial_state, copy=True)
+            flags[self.BLOCK:] = True
+            has_initial_state = flags
+        return reference.ssd_chunked_scan(*args, has_initial_state=has_initial_state, **kw)

@@ -46,7 +46,7 @@ from kvconform.conformance.engine.case import PoisonRegion
 from kvconform.reference import dtypes
 
 from .. import constraints
-from ..values import floats, pick, sampled_from
+from ..values import SHRINKABLE_SHUFFLE, floats, pick, sampled_from, seeds
 from . import crossed, reach
 from ..constraints import claimed as _claimed
 
@@ -287,10 +287,24 @@ def _many_sequences(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndar
     return lengths, cu
 
 
-def _fresh(draw, seqs: int, variant: Variant):
-    if "initial_states" not in variant.features:
+def in_size_tier(tier: str) -> bool:
+    """A size tier of a long column (not its `edges` or `crossed` tier, not an ordinary column): its
+    simplest draw has every claimed option on, so each feature meets each large dimension in ci (RS-42)."""
+    return tier not in ("", "edges", "crossed")
+
+
+def _fresh(draw, seqs: int, variant: Variant, claims: OpClaims | None = None, tier: str = ""):
+    """has_initial_state (None: the argument left out), with at least one fresh sequence (RS-5): in the
+    initial_states column, and in a size tier where the feature is claimed, on in its simplest draw
+    (RS-42). Past SHRINKABLE_SHUFFLE sequences the flags come from one drawn seed (a flag per element
+    would be hundreds of draws for the shrinker to try)."""
+    tiered = claims is not None and in_size_tier(tier) and "initial_states" in claims.features
+    if "initial_states" not in variant.features and not (tiered and draw(sampled_from((True, False)))):
         return None
-    flags = draw(st.lists(st.booleans(), min_size=seqs, max_size=seqs))
+    if seqs <= SHRINKABLE_SHUFFLE:
+        flags = draw(st.lists(st.booleans(), min_size=seqs, max_size=seqs))
+    else:
+        flags = np.random.default_rng(draw(seeds)).integers(0, 2, seqs).astype(bool).tolist()
     flags[draw(st.integers(0, seqs - 1))] = True      # at least one fresh sequence
     return np.asarray([not f for f in flags], dtype=bool)  # has_initial_state
 

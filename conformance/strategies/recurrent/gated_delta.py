@@ -38,7 +38,7 @@ from .. import constraints
 from ..values import floats, sampled_from, seeds
 from . import crossed, reach
 from .common import (_RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, RANGE_REGIMES, SSD_LONG_EDGES, SSD_LONG_MAX,
-                     Variant, _dtypes, _fresh, _heads_over, _lead_and_long, _lengths, _live_rows, _many_sequences,
+                     Variant, _dtypes, _fresh, _heads_over, in_size_tier, _lead_and_long, _lengths, _live_rows, _many_sequences,
                      _positive, _slots, conventions)
 from .contract import _output_checks, _pool_checks, _varlen, class_r
 
@@ -49,7 +49,7 @@ GDN_UPDATE_VARIANTS = (
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
-    Variant("long", (), ("RS-28", "RS-30") + _REACH, reach="long"),
+    Variant("long", (), ("RS-28", "RS-29", "RS-30") + _REACH, reach="long"),   # RS-29: l2norm in the size tiers
     Variant("range", (), ("RS-30", "RS-35") + _RANGE, reach="range"),
 )
 GDN_CHUNKED_VARIANTS = (
@@ -59,7 +59,7 @@ GDN_CHUNKED_VARIANTS = (
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED + ("RS-32",)),
     Variant("initial_states", ("initial_states",), ("RS-5", "RS-32")),
     Variant("l2norm", ("qk_l2norm",), ("RS-29",)),
-    Variant("long", (), ("RS-17", "RS-32", "RS-33", "RS-45") + _REACH, reach="long"),
+    Variant("long", (), ("RS-5", "RS-17", "RS-29", "RS-32", "RS-33", "RS-45") + _REACH, reach="long"),
     Variant("range", (), ("RS-32", "RS-33", "RS-35") + _RANGE, reach="range"),
 )
 TOKEN_INPUTS = ("q", "k", "v", "g", "beta")
@@ -169,9 +169,12 @@ def _padding_regions(mask: np.ndarray) -> list[PoisonRegion]:
                          what="inputs of padding rows (never read)") for name in TOKEN_INPUTS]
 
 
-def _options(draw, variant: Variant, regime: str = "") -> dict:
+def _options(draw, variant: Variant, regime: str = "", claims: OpClaims | None = None, tier: str = "") -> dict:
+    """use_qk_l2norm (the qk_l2norm column, the float16_norm regime, and on in the simplest draw of a size
+    tier where claimed: RS-42) and scale."""
     kw = {}
-    if "qk_l2norm" in variant.features or regime == "float16_norm":
+    tiered = claims is not None and in_size_tier(tier) and "qk_l2norm" in claims.features
+    if "qk_l2norm" in variant.features or regime == "float16_norm" or (tiered and draw(sampled_from((True, False)))):
         kw["use_qk_l2norm"] = True
     scale = draw(sampled_from((None, 0.5, 2.0)))
     if scale is not None:
@@ -194,7 +197,7 @@ def gdn_update_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""
     dk, dv = _dims(draw, claims, "range" if variant.range else tier)
     idx, num_slots = _slots(draw, rows, variant, claims if tier in ("rows", "slots") else None, tier=tier)
     regime = _regime(draw, claims, variant, UPDATE_RANGE_REGIMES)
-    kw = _options(draw, variant, regime)
+    kw = _options(draw, variant, regime, claims, tier)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     arrays = _token_arrays(rng, rows, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False), regime, tier)
@@ -252,9 +255,9 @@ def gdn_chunked_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int
                        "gated_delta_rule_chunked")
     seqs, tokens = len(lengths), int(cu[-1])
     idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
-    has_initial = _fresh(draw, seqs, variant)
+    has_initial = _fresh(draw, seqs, variant, claims, tier)
     regime = _regime(draw, claims, variant, CHUNKED_RANGE_REGIMES, regime)
-    kw = _options(draw, variant, regime)
+    kw = _options(draw, variant, regime, claims, tier)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     arrays = _token_arrays(rng, tokens, heads, qk, dk, dv, act, kw.get("use_qk_l2norm", False), regime, tier)

@@ -23,7 +23,7 @@ RWKV_VARIANTS = (
     Variant("state_indices", ("state_indices",), _INDEXED),
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
-    Variant("long", (), ("RS-17", "RS-20", "RS-45") + _REACH, reach="long"),
+    Variant("long", (), ("RS-5", "RS-17", "RS-20", "RS-45") + _REACH, reach="long"),   # RS-5: initial states in the size tiers
     Variant("range", (), ("RS-20",) + _RANGE, reach="range"),
 )
 
@@ -95,7 +95,7 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
     if claims.limits.get("equal_key_value_dims") is True:
         dv = dk
     idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
-    has_initial = _fresh(draw, seqs, variant)
+    has_initial = _fresh(draw, seqs, variant, claims, tier)
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     if tier == "tokens":

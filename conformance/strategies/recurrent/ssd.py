@@ -14,7 +14,7 @@ from .. import constraints
 from ..values import floats, sampled_from, seeds
 from . import crossed, reach
 from .common import (_INDEXED, _PADDED, _RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, RANGE_REGIMES, SSD_LONG_EDGES,
-                     SSD_LONG_MAX, Variant, _dtypes, _fresh, _heads_groups, _heads_over, _lead_and_long, _lengths,
+                     SSD_LONG_MAX, Variant, _dtypes, _fresh, _heads_groups, in_size_tier, _heads_over, _lead_and_long, _lengths,
                      _many_sequences, _named, _padding_tokens, _pool, _positive, _slots, _ssm_options, _ssm_params,
                      _zero_live_rows, conventions)
 from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen, _zero,
@@ -27,7 +27,7 @@ SSD_VARIANTS = (
     Variant("padding_slots", ("state_indices", "padding_slots"), _PADDED),
     Variant("initial_states", ("initial_states",), ("RS-5",)),
     Variant("snapshots", ("snapshots",), ("RS-19",)),
-    Variant("long", (), ("RS-17", "RS-18", "RS-45") + _REACH, reach="long"),
+    Variant("long", (), ("RS-5", "RS-17", "RS-18", "RS-45") + _REACH, reach="long"),   # RS-5: initial states in the size tiers
     Variant("range", (), ("RS-9", "RS-14", "RS-18") + _RANGE, reach="range"),
 )
 RANGE_REGIMES["ssd_chunked_scan"] = SSM_RANGE_REGIMES
@@ -98,12 +98,12 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
         chunk = chunk_size or draw(sampled_from(CHUNK_SIZES))
     seqs, tokens = len(lengths), int(cu[-1])
     idx, num_slots = _slots(draw, seqs, variant, claims if tier == "slots" else None, tier=tier)
-    has_initial = _fresh(draw, seqs, variant)
+    has_initial = _fresh(draw, seqs, variant, claims, tier)
     snaps = draw(st.integers(1, 3)) if "snapshots" in variant.features else 0
     seed = draw(seeds)
     rng = np.random.default_rng(seed)
     kw = _ssm_options(draw, rng, (heads,), (tokens, heads, p), act, claims, softplus_first=variant.range,
-                      features_first=tier not in ("", "edges", "crossed"))     # the size tiers: features on first
+                      features_first=in_size_tier(tier))
     if regime:
         dt, A = _ssm_range_values(rng, regime, (tokens, heads), (heads,), act, kw["dt_softplus"])
         if tier == "crossed" and regime not in ("decays", "grown"):   # its dt in every chunk past the first
