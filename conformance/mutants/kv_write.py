@@ -59,20 +59,9 @@ class WriteKvFirstTokenScale(Mutant):
 class WriteKvE5m2OverflowToInf(Mutant):
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
         result = reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
-        if dtypes.dtype_name(k_pages.dtype) != "float8_e5m2" or np.ndim(k_scale) != 0:
+        if dtypes.dtype_name(k_pages.dtype) != "float8_e5m2" or np.ndim(k_scale) != 0 or np.ndim(v_scale) != 0:
             return result
-        page_size = k_pages.shape[1]
-        live = slot_mapping >= 0
-        pools = []
-        for pool, x, scale in ((result.k_pages, k, k_scale), (result.v_pages, v, v_scale)):
-            pool = pool.copy()
-            slots = slot_mapping[live]
-            q = np.asarray(x[live], np.float32) / np.asarray(scale, np.float32)
-            over = np.abs(q) > 57344.0
-            flat = pool.reshape(-1, *pool.shape[2:])
-            flat[slots] = np.where(over, np.sign(q) * np.inf, flat[slots].astype(np.float32)).astype(pool.dtype)
-            pools.append(pool)
-        return type(result)(*pools)
+        return _unsaturated(result, k, v, slot_mapping, k_scale, v_scale, np.ones(np.shape(slot_mapping), bool))
 
 
 @mutant(op="write_kv", clause="PA-50", only_caught_by="padded", max_size=12,
@@ -139,33 +128,40 @@ class WriteKvPageByShift(Mutant):
                     "calls of ordinary values, pass)")
 class WriteKvUnsaturatedPastFirstTile(Mutant):
     TILE = 256
-    LARGEST = {"float8_e5m2": 57344.0, "float8_e4m3fn": 448.0, "int8": 127.0}
 
     def write_kv(self, k_pages, v_pages, k, v, slot_mapping, *, k_scale=None, v_scale=None):
         result = reference.write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
-        name = dtypes.dtype_name(k_pages.dtype)
-        if name not in self.LARGEST or np.shape(slot_mapping)[0] <= self.TILE:
+        n = np.shape(slot_mapping)[0]
+        if dtypes.dtype_name(k_pages.dtype) not in _LARGEST or n <= self.TILE \
+                or np.ndim(k_scale) != 0 or np.ndim(v_scale) != 0:   # per-head / per-token scales: as the reference
             return result
-        late = np.zeros(np.shape(slot_mapping)[0], dtype=bool)
-        late[self.TILE:] = True
-        live = late & (np.asarray(slot_mapping) >= 0)
-        slots = np.asarray(slot_mapping)[live]
-        overflow = np.inf if name == "float8_e5m2" else np.nan     # e4m3fn has no infinity
-        pools = []
-        for pool, x, scale in ((result.k_pages, k, k_scale), (result.v_pages, v, v_scale)):
-            pool = pool.copy()
-            scale = 1.0 if scale is None else scale
-            with np.errstate(over="ignore", invalid="ignore"):   # a quotient past float32: inf, overflowing
-                q = np.asarray(x[: np.shape(slot_mapping)[0]][live], np.float32) / np.asarray(scale, np.float32)
-            if np.ndim(scale) != 0:    # a per-head or per-token scale: left to the reference
-                pools.append(pool)
-                continue
-            flat = pool.reshape(-1, *pool.shape[2:])
-            over = np.abs(q) > self.LARGEST[name] + 0.5
-            if name == "int8":       # the low byte of the rounded quotient
-                wrapped = (np.rint(np.clip(q, -2.0 ** 31, 2.0 ** 31 - 1)).astype(np.int64) & 0xFF).astype(np.uint8)
-                flat[slots] = np.where(over, wrapped.view(np.int8), flat[slots])
-            else:
-                flat[slots] = np.where(over, np.sign(q) * overflow, flat[slots].astype(np.float32)).astype(pool.dtype)
-            pools.append(pool)
-        return type(result)(*pools)
+        return _unsaturated(result, k, v, slot_mapping, k_scale, v_scale, np.arange(n) >= self.TILE)
+
+
+#: the largest finite value of each quantized pool format
+_LARGEST = {"float8_e5m2": 57344.0, "float8_e4m3fn": 448.0, "int8": 127.0}
+
+
+def _unsaturated(result, k, v, slot_mapping, k_scale, v_scale, rows: np.ndarray):
+    """`result` with the quotients x / scale (scalar scales) of the tokens `rows` (bool[N]) that overflow
+    the pool format stored without saturating: +-inf (e5m2), NaN (e4m3fn has no infinity), or the low
+    byte of the rounded quotient (int8)."""
+    name = dtypes.dtype_name(result.k_pages.dtype)
+    slot_mapping = np.asarray(slot_mapping)
+    live = rows & (slot_mapping >= 0)
+    slots = slot_mapping[live]
+    pools = []
+    for pool, x, scale in ((result.k_pages, k, k_scale), (result.v_pages, v, v_scale)):
+        pool = pool.copy()
+        with np.errstate(over="ignore", invalid="ignore"):   # a quotient past float32 is inf: it overflows
+            q = np.asarray(x[:slot_mapping.shape[0]][live], np.float32) / np.float32(1.0 if scale is None else scale)
+        over = np.abs(q) > _LARGEST[name]
+        flat = pool.reshape(-1, *pool.shape[2:])
+        if name == "int8":
+            wrapped = (np.rint(np.clip(q, -2.0 ** 31, 2.0 ** 31 - 1)).astype(np.int64) & 0xFF).astype(np.uint8)
+            flat[slots] = np.where(over, wrapped.view(np.int8), flat[slots])
+        else:
+            overflow = np.inf if name == "float8_e5m2" else np.nan
+            flat[slots] = np.where(over, np.sign(q) * overflow, flat[slots].astype(np.float32)).astype(pool.dtype)
+        pools.append(pool)
+    return type(result)(*pools)

@@ -217,22 +217,21 @@ def _ssm_options(draw, rng, heads_shape, token_shape, act, claims: OpClaims, *, 
     draw has every claimed option on (a size tier of the long column: each feature meets each large
     dimension in ci, spec/recurrent.md RS-42)."""
     required = set(claims.limits.get("required_inputs") or ())
-    on = (lambda: draw(sampled_from((True, False)))) if features_first else (lambda: draw(st.booleans()))
     kw = {}
-    if "skip_d" in claims.features and ("D" in required or on()):
+    if "skip_d" in claims.features and ("D" in required or drawn_on(draw, features_first)):
         kw["D"] = floats(rng, heads_shape, act)
     elif "D" in required:
         kw["D"] = np.zeros(heads_shape, dtypes.resolve_dtype(act))
-    if "z_gate" in claims.features and on():
+    if "z_gate" in claims.features and drawn_on(draw, features_first):
         kw["z"] = floats(rng, token_shape, act)
-    if "dt_bias" in claims.features and ("dt_bias" in required or on()):
+    if "dt_bias" in claims.features and ("dt_bias" in required or drawn_on(draw, features_first)):
         kw["dt_bias"] = _positive(rng, heads_shape, act, max_exp=-1)
     elif "dt_bias" in required:
         kw["dt_bias"] = np.zeros(heads_shape, dtypes.resolve_dtype(act))
     if claims.limits.get("dt_softplus") == "always":
         kw["dt_softplus"] = True
     elif "dt_softplus" in claims.features:
-        kw["dt_softplus"] = draw(sampled_from((True, False))) if softplus_first else on()
+        kw["dt_softplus"] = drawn_on(draw, softplus_first or features_first)
     else:
         kw["dt_softplus"] = False
     return kw
@@ -287,6 +286,12 @@ def _many_sequences(draw, claims: OpClaims, op: str) -> tuple[list[int], np.ndar
     return lengths, cu
 
 
+def drawn_on(draw, first: bool) -> bool:
+    """An option drawn on or off: on in the simplest draw when `first` (a size tier's options, RS-42: in ci
+    each one meets each large dimension), else Hypothesis's booleans (off first)."""
+    return draw(sampled_from((True, False)) if first else st.booleans())
+
+
 def in_size_tier(tier: str) -> bool:
     """A size tier of a long column (not its `edges` or `crossed` tier, not an ordinary column): its
     simplest draw has every claimed option on, so each feature meets each large dimension in ci (RS-42)."""
@@ -299,7 +304,7 @@ def _fresh(draw, seqs: int, variant: Variant, claims: OpClaims | None = None, ti
     (RS-42). Past SHRINKABLE_SHUFFLE sequences the flags come from one drawn seed (a flag per element
     would be hundreds of draws for the shrinker to try)."""
     tiered = claims is not None and in_size_tier(tier) and "initial_states" in claims.features
-    if "initial_states" not in variant.features and not (tiered and draw(sampled_from((True, False)))):
+    if "initial_states" not in variant.features and not (tiered and drawn_on(draw, True)):
         return None
     if seqs <= SHRINKABLE_SHUFFLE:
         flags = draw(st.lists(st.booleans(), min_size=seqs, max_size=seqs))

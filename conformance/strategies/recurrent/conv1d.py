@@ -10,9 +10,9 @@ from kvconform.conformance.engine.case import Case
 from kvconform.reference import dtypes
 
 from .. import constraints
-from ..values import floats, sampled_from, seeds
+from ..values import floats, seeds
 from . import reach
-from .common import (_INDEXED, _PADDED, _RANGE, _REACH, Variant, _dtypes, _live_rows, _named, _padding_rows, _pool,
+from .common import (_INDEXED, _PADDED, _RANGE, _REACH, Variant, _dtypes, drawn_on, in_size_tier, _live_rows, _named, _padding_rows, _pool,
                      _slots, conventions)
 from .contract import _amax, _output_checks, _start_rows, class_r, required_out_precision
 
@@ -57,8 +57,8 @@ def conv_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
     kw = {}
     # the size tiers (and the range column for silu) draw each claimed option on first: in ci every option
     # meets every large dimension (spec/recurrent.md RS-42)
-    use_bias = "bias" in claims.features and draw(sampled_from((True, False)) if tier else st.booleans())
-    if "silu" in claims.features and draw(sampled_from((True, False)) if variant.range or tier else st.booleans()):
+    use_bias = "bias" in claims.features and drawn_on(draw, in_size_tier(tier))
+    if "silu" in claims.features and drawn_on(draw, variant.range or in_size_tier(tier)):
         kw["activation"] = "silu"
     seed = draw(seeds)
     rng = np.random.default_rng(seed)

@@ -38,7 +38,7 @@ from .. import constraints
 from ..values import floats, sampled_from, seeds
 from . import crossed, reach
 from .common import (_RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, RANGE_REGIMES, SSD_LONG_EDGES, SSD_LONG_MAX,
-                     Variant, _dtypes, _fresh, _heads_over, in_size_tier, _lead_and_long, _lengths, _live_rows, _many_sequences,
+                     Variant, _dtypes, _fresh, _heads_over, drawn_on, in_size_tier, _lead_and_long, _lengths, _live_rows, _many_sequences,
                      _positive, _slots, conventions)
 from .contract import _output_checks, _pool_checks, _varlen, class_r
 
@@ -174,7 +174,7 @@ def _options(draw, variant: Variant, regime: str = "", claims: OpClaims | None =
     tier where claimed: RS-42) and scale."""
     kw = {}
     tiered = claims is not None and in_size_tier(tier) and "qk_l2norm" in claims.features
-    if "qk_l2norm" in variant.features or regime == "float16_norm" or (tiered and draw(sampled_from((True, False)))):
+    if "qk_l2norm" in variant.features or regime == "float16_norm" or (tiered and drawn_on(draw, True)):
         kw["use_qk_l2norm"] = True
     scale = draw(sampled_from((None, 0.5, 2.0)))
     if scale is not None:

@@ -13,7 +13,7 @@ from kvconform.reference.recurrent.selective_state import effective_dt
 from .. import constraints
 from ..values import floats, sampled_from, seeds
 from . import reach
-from .common import (_INDEXED, _PADDED, _RANGE, _REACH, Variant, _dtypes, _heads_groups, _heads_over, _live_rows,
+from .common import (_INDEXED, _PADDED, _RANGE, _REACH, Variant, _dtypes, in_size_tier, _heads_groups, _heads_over, _live_rows,
                      _named, _padding_rows, _pool, _positive, _slots, _ssm_options, _ssm_params, _zero_live_rows,
                      conventions)
 from .contract import _amax, _output_checks, _pool_checks, _start_rows, class_r, required_out_precision
@@ -114,7 +114,7 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
         heads, groups, p = 1, 1, dim
         state_shape, tok, hs, bc = (num_slots, dim, n), (rows, dim), (dim,), (rows, n)
         dt_shape = (rows, dim)
-    kw = _ssm_options(draw, rng, hs, tok, act, claims, softplus_first=variant.range, features_first=bool(tier))
+    kw = _ssm_options(draw, rng, hs, tok, act, claims, softplus_first=variant.range, features_first=in_size_tier(tier))
     x = floats(rng, tok, act)
     a_shape = hs if mamba2 else (heads * p, n)
     if variant.range:
