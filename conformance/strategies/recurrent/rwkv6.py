@@ -36,6 +36,9 @@ def positive_decays(w: np.ndarray) -> np.ndarray:
     return np.where(w > 0, w, np.asarray(floor).astype(w.dtype))
 
 
+#: float32's smallest normal: the smallest decay whose log a float32 log-space kernel takes (RS-44)
+_LOG_FLOOR = float(np.finfo(np.float32).tiny)
+
 RWKV_RANGE_REGIMES = ("strong_decays", "weak_decays", "reset_and_keep")
 RANGE_REGIMES["rwkv6_wkv"] = RWKV_RANGE_REGIMES
 #: the decay multiplier that defines each RWKV6 regime (its first option)
@@ -137,15 +140,23 @@ def rwkv_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, m
 
 
 def rwkv_checks(case: Case, expected: dict, actual: dict) -> dict:
-    """out: class R, n = L * K, live tokens; padding tokens 0. state: written rows class R (n = L * K),
-    the rest exact (NU-R2: terms r S0, r k v and the bonus r u k v; decays in (0, 1) only shrink them)."""
+    """out: class R, n = L * K * (1 + Lambda), live tokens; padding tokens 0. state: written rows class R
+    (same n), the rest exact (NU-R2: terms r S0, r k v and the bonus r u k v; decays in (0, 1) only shrink
+    them)."""
     x = case.inputs
     cu, seqs, slots, flags, token_live, lengths, longest = _varlen(x)
     S0 = _amax(_start_rows(x, slots, "state", flags))
     kv = _amax(x["k"][token_live]) * _amax(x["v"][token_live])
     M_state = max(S0, kv)
     M_out = _amax(x["r"][token_live]) * max(S0, kv * max(1.0, _amax(x["u"])))
-    n_seq = (lengths * x["state"].shape[2]).astype(np.float64)      # per sequence: L_s * K
+    # NU-R2: times (1 + Lambda) for the log-space chunks RS-20 allows, whose decays exp(L_t - L_s) are
+    # differences of prefix sums of log w: Lambda is the largest total log-decay of a live sequence, head
+    # and key channel, each token's log w floored at float32's log of its smallest normal (RS-44's floor).
+    log_decay = -np.log(np.maximum(np.asarray(x["w"], np.float64)[token_live], _LOG_FLOOR))     # [live, H, K]
+    seq_of = np.repeat(np.arange(seqs), lengths)[token_live]
+    Lambda = max((float(log_decay[seq_of == s].sum(axis=0).max(initial=0.0)) for s in range(seqs)),
+                 default=0.0)
+    n_seq = np.ceil(lengths * x["state"].shape[2] * (1.0 + Lambda))  # per sequence: L_s * K * (1 + Lambda)
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[token_live] = True
     out_dtype = required_out_precision(x, "r")
