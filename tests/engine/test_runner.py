@@ -42,10 +42,11 @@ def test_abort_and_hang_are_crashes_and_the_run_continues(cli, tmp_path):
 def test_max_crashes_zero_runs_every_test_of_a_crashing_op(cli, tmp_path):
     out = tmp_path / "out"
     proc = cli("run", "--backend", "fault_backends:make_aborts", "--ops", "write_kv", "--out", str(out),
-               "--max-crashes", "0", "--", "-k", "not rejects")
+               "--max-crashes", "0", "--", "-k", "differential")
     assert proc.returncode == 1
-    crashed = [r for r in cli.report(out)["results"] if r["status"] == "crash"]
-    assert len(crashed) > 3 and not any("not run:" in r["message"] for r in crashed)
+    results = cli.report(out)["results"]
+    crashed = [r for r in results if r["status"] == "crash"]
+    assert len(crashed) == len(results) > 3 and not any("not run:" in r["message"] for r in crashed)
     assert cli("run", "--max-crashes", "-1").returncode == 2
 
 
