@@ -18,7 +18,7 @@ from .common import (_INDEXED, _PADDED, _RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_
                      _many_sequences, _named, _padding_tokens, _pool, _positive, _slots, _ssm_options, _ssm_params,
                      _zero_live_rows, conventions)
 from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen, _zero,
-                       class_r, required_out_precision)
+                       class_r, required_out_precision, softplus_conditioning)
 from .ssu import SSM_RANGE_REGIMES, _defining_dt, _ssm_range_values
 
 SSD_VARIANTS = (
@@ -147,9 +147,9 @@ def ssd_cases(draw, claims: OpClaims, variant: Variant, *, max_seqs: int = 3, ma
 #: value regimes of the RWKV6 range column (the first is the simplest draw)
 
 def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
-    """out: class R, n = L * N * (1 + Lambda) (+1 for D x), live tokens; padding tokens 0. state: written
-    rows class R (same n), the rest exact. snapshots: r <= L_s class R like states (NU-R4), padding sequences
-    0, r > L_s never compared (RS-19)."""
+    """out: class R, n = L * N * (1 + Lambda) (1 + kappa) (+1 for D x), live tokens; padding tokens 0.
+    state: written rows class R (same n), the rest exact. snapshots: r <= L_s class R like states (NU-R4),
+    padding sequences 0, r > L_s never compared (RS-19)."""
     x = case.inputs
     cu, seqs, slots, flags, token_live, lengths, longest = _varlen(x)
     dtp = effective_dt(np.asarray(x["dt"], np.float64)[token_live],
@@ -169,7 +169,9 @@ def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
     seq_of = np.repeat(np.arange(seqs), lengths)[token_live]
     Lambda = max((float(log_decay[seq_of == s].sum(axis=0).max(initial=0.0)) for s in range(seqs)),
                  default=0.0)
-    n_seq = np.ceil(lengths * n_state * (1.0 + Lambda))          # per sequence: L_s * N * (1 + Lambda)
+    # and times (1 + kappa) for a softplus input rounded before the exponential (contract.py)
+    cond = 1.0 + softplus_conditioning(x, token_live)
+    n_seq = np.ceil(lengths * n_state * (1.0 + Lambda) * cond)   # per sequence: L_s * N * (1 + Lambda) (1 + kappa)
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[token_live] = True
     out_dtype = required_out_precision(x, "x")

@@ -16,7 +16,8 @@ from . import reach
 from .common import (_INDEXED, _PADDED, _RANGE, _REACH, Variant, _dtypes, in_size_tier, _heads_groups, _heads_over, _live_rows,
                      _named, _padding_rows, _pool, _positive, _slots, _ssm_options, _ssm_params, _zero_live_rows,
                      conventions)
-from .contract import _amax, _output_checks, _pool_checks, _start_rows, class_r, required_out_precision
+from .contract import (_amax, _output_checks, _pool_checks, _start_rows, class_r, required_out_precision,
+                       softplus_conditioning)
 
 SSU_VARIANTS = (
     Variant("mamba1", (), ("RS-1", "RS-6", "RS-8", "RS-9", "RS-14", "RS-15", "RS-37", "RS-38")),
@@ -144,8 +145,8 @@ def ssu_cases(draw, claims: OpClaims, variant: Variant, *, tier: str = ""):
 
 
 def ssu_checks(case: Case, expected: dict, actual: dict) -> dict:
-    """out: class R, n = N + 1, live rows; padding rows 0. state: written rows class R (n = 2),
-    the rest exact (NU-R1, NU-R2)."""
+    """out: class R, n = (N + 1)(1 + kappa), live rows; padding rows 0. state: written rows class R
+    (n = 2 (1 + kappa)), the rest exact (NU-R1, NU-R2; kappa: the softplus input's rounding)."""
     x = case.inputs
     rows = x["x"].shape[0]
     slots = _live_rows(x.get("state_indices"), rows)
@@ -161,14 +162,15 @@ def ssu_checks(case: Case, expected: dict, actual: dict) -> dict:
     dx = 0.0 if x.get("D") is None else _amax(x["D"]) * _amax(xs)
     M_out = max(M_state * _amax(x["C"][live]), dx) * gate
     n_state = x["state"].shape[-1]
+    cond = 1.0 + softplus_conditioning(x, live)
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[live] = True
     out_dtype = required_out_precision(x, "x")
     checks = _output_checks(case, expected, actual, "out", mask,
-                            class_r(out_dtype, n_state + 1, M_out, "SSU output"), out_dtype)
+                            class_r(out_dtype, np.ceil((n_state + 1) * cond), M_out, "SSU output"), out_dtype)
     pool_dtype = dtypes.dtype_name(x["state"].dtype)
     checks.update(_pool_checks(expected, actual, "state", slots,
-                               class_r(pool_dtype, 2, M_state, "SSU state")))
+                               class_r(pool_dtype, np.ceil(2 * cond), M_state, "SSU state")))
     return checks
 
 
