@@ -113,8 +113,6 @@ def _varlen(x: dict):
     return cu, seqs, slots, flags, token_live, lengths, longest
 
 
-
-
 def softplus_conditioning(x: dict, live) -> float:
     """NU-R2's `kappa` of the SSM ops: how much a rounded softplus input grows in dt' = softplus(dt + dt_bias).
 
@@ -122,7 +120,8 @@ def softplus_conditioning(x: dict, live) -> float:
     absolute error e of z into a relative error z sigma(z) / softplus(z) * e of dt', at most |z| * u for
     z < 0 (softplus(z) ~ e^z far below 0) and u for z >= 0. So kappa = max(0, -min z) over the live tokens
     when a bias is added under softplus, else 0 (dt alone is an input, exact in float32).
-    dt: [T, H] or [B, H], dt_bias: [H]; `live` selects the tokens or rows that are compared."""
+    dt: [T, H] (SSD) or [B, D] / [B, H, P] (SSU), dt_bias broadcasting to dt's trailing axes; `live`
+    selects the tokens or rows that are compared."""
     if x.get("dt_bias") is None or not x.get("dt_softplus", False):
         return 0.0
     z = np.asarray(x["dt"], np.float64)[live] + np.asarray(x["dt_bias"], np.float64)
