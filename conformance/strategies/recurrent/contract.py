@@ -7,6 +7,7 @@ import numpy as np
 from kvconform.conformance.engine import tolerance
 from kvconform.conformance.engine.case import Case
 from kvconform.reference import dtypes
+from kvconform.reference.recurrent.selective_state import effective_dt
 
 from .common import C_R, U_ACC, _live_rows
 
@@ -124,5 +125,13 @@ def softplus_conditioning(x: dict, live) -> float:
     selects the tokens or rows that are compared."""
     if x.get("dt_bias") is None or not x.get("dt_softplus", False):
         return 0.0
-    z = np.asarray(x["dt"], np.float64)[live] + np.asarray(x["dt_bias"], np.float64)
+    z = effective_dt(np.asarray(x["dt"], np.float64)[live], np.asarray(x["dt_bias"], np.float64), False)
     return float(max(0.0, -z.min(initial=0.0)))
+
+
+def largest_sequence_total(per_token: np.ndarray, seq_of: np.ndarray) -> float:
+    """The largest total of a non-negative per-token quantity over one sequence's tokens, for any head or
+    channel: NU-R2's Lambda (log-decays) and NU-R2g's state growth. per_token: [R, ...] over the live
+    tokens; seq_of: int[R], each token's sequence."""
+    return max((float(per_token[seq_of == s].sum(axis=0).max(initial=0.0)) for s in np.unique(seq_of)),
+               default=0.0)

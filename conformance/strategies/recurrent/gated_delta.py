@@ -40,7 +40,7 @@ from . import crossed, reach
 from .common import (_RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_SIZES, RANGE_REGIMES, SSD_LONG_EDGES, SSD_LONG_MAX,
                      Variant, _dtypes, _fresh, _heads_over, drawn_on, in_size_tier, _lead_and_long, _lengths, _live_rows, _many_sequences,
                      _positive, _slots, conventions)
-from .contract import _output_checks, _pool_checks, _varlen, class_r
+from .contract import _output_checks, _pool_checks, _varlen, class_r, largest_sequence_total
 
 _INDEXED = ("RS-2", "RS-4", "RS-7", "RS-31")
 _PADDED = ("RS-3", "RS-4", "RS-31", "RS-36")
@@ -311,10 +311,8 @@ def _gdn_checks(case: Case, expected: dict, actual: dict, seq_of: np.ndarray, li
     S0 = _finite_rows(x["state"], slots, flags)
     start = float(np.sqrt((S0 ** 2).sum(axis=(2, 3))).max(initial=0.0))          # max_{s,h} ||S0||_F
     writes = beta * np.linalg.norm(k, axis=-1) * np.linalg.norm(v, axis=-1)          # [R, H]
-    growth = max((float(writes[seq_live == s].sum(axis=0).max(initial=0.0)) for s in np.unique(seq_live)),
-                 default=0.0)
-    Lambda = max((float(np.abs(g[seq_live == s]).sum(axis=0).max(initial=0.0)) for s in np.unique(seq_live)),
-                 default=0.0)
+    growth = largest_sequence_total(writes, seq_live)
+    Lambda = largest_sequence_total(np.abs(g), seq_live)
     M_state = start + growth
     scale = float(x["scale"]) if x.get("scale") is not None else np.shape(x["state"])[2] ** -0.5
     M_out = scale * float(np.linalg.norm(q, axis=-1).max(initial=0.0)) * M_state

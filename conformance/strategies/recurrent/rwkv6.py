@@ -16,7 +16,7 @@ from .common import (_INDEXED, _PADDED, _RANGE, _REACH, RANGE_REGIMES, RWKV_LONG
                      _dtypes, _fresh, _heads_over, _lead_and_long, _lengths, _many_sequences, _named, _padding_tokens,
                      _pool, _positive, _slots, conventions)
 from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen, class_r,
-                       required_out_precision)
+                       largest_sequence_total, required_out_precision)
 
 RWKV_VARIANTS = (
     Variant("base", (), ("RS-1", "RS-6", "RS-8", "RS-17", "RS-20", "RS-39", "RS-40")),
@@ -28,16 +28,17 @@ RWKV_VARIANTS = (
 )
 
 
+#: float32's smallest normal: the smallest decay whose log a float32 log-space kernel takes (RS-44)
+_LOG_FLOOR = float(np.finfo(np.float32).tiny)
+
+
 def positive_decays(w: np.ndarray) -> np.ndarray:
     """RS-44 (`decays: "positive"`): every decay of 0 (drawn, or a strong decay that rounds to 0 in the
     activations' dtype) raised to the smallest decay a log-space kernel takes in float32: the smallest
     normal of the dtype, and of float32 (log of it is -87.3; a float64 2^-1022 is 0 in float32)."""
-    floor = max(float(np.finfo(np.float32).tiny), float(ml_dtypes.finfo(w.dtype).tiny))
+    floor = max(_LOG_FLOOR, float(ml_dtypes.finfo(w.dtype).tiny))
     return np.where(w > 0, w, np.asarray(floor).astype(w.dtype))
 
-
-#: float32's smallest normal: the smallest decay whose log a float32 log-space kernel takes (RS-44)
-_LOG_FLOOR = float(np.finfo(np.float32).tiny)
 
 RWKV_RANGE_REGIMES = ("strong_decays", "weak_decays", "reset_and_keep")
 RANGE_REGIMES["rwkv6_wkv"] = RWKV_RANGE_REGIMES
@@ -154,8 +155,7 @@ def rwkv_checks(case: Case, expected: dict, actual: dict) -> dict:
     # and key channel, each token's log w floored at float32's log of its smallest normal (RS-44's floor).
     log_decay = -np.log(np.maximum(np.asarray(x["w"], np.float64)[token_live], _LOG_FLOOR))     # [live, H, K]
     seq_of = np.repeat(np.arange(seqs), lengths)[token_live]
-    Lambda = max((float(log_decay[seq_of == s].sum(axis=0).max(initial=0.0)) for s in range(seqs)),
-                 default=0.0)
+    Lambda = largest_sequence_total(log_decay, seq_of)
     n_seq = np.ceil(lengths * x["state"].shape[2] * (1.0 + Lambda))  # per sequence: L_s * K * (1 + Lambda)
     mask = np.zeros(np.shape(expected["out"]), dtype=bool)
     mask[token_live] = True

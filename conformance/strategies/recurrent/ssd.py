@@ -18,7 +18,7 @@ from .common import (_INDEXED, _PADDED, _RANGE, _REACH, CHUNK_SIZES, LONG_CHUNK_
                      _many_sequences, _named, _padding_tokens, _pool, _positive, _slots, _ssm_options, _ssm_params,
                      _zero_live_rows, conventions)
 from .contract import (_amax, _output_checks, _per_sequence, _pool_checks, _slot_n, _start_rows, _varlen, _zero,
-                       class_r, required_out_precision, softplus_conditioning)
+                       class_r, largest_sequence_total, required_out_precision, softplus_conditioning)
 from .ssu import SSM_RANGE_REGIMES, _defining_dt, _ssm_range_values
 
 SSD_VARIANTS = (
@@ -167,8 +167,7 @@ def ssd_checks(case: Case, expected: dict, actual: dict) -> dict:
     # log-decay sum_t |dt'_t A_h| of a live sequence.
     log_decay = np.abs(dtp * np.asarray(x["A"], np.float64))               # [live tokens, H]
     seq_of = np.repeat(np.arange(seqs), lengths)[token_live]
-    Lambda = max((float(log_decay[seq_of == s].sum(axis=0).max(initial=0.0)) for s in range(seqs)),
-                 default=0.0)
+    Lambda = largest_sequence_total(log_decay, seq_of)
     # and times (1 + kappa) for a softplus input rounded before the exponential (contract.py)
     cond = 1.0 + softplus_conditioning(x, token_live)
     n_seq = np.ceil(lengths * n_state * (1.0 + Lambda) * cond)   # per sequence: L_s * N * (1 + Lambda) (1 + kappa)
