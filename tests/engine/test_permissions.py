@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kvconform.conformance.cli import main as kvconform_main
 from kvconform.conformance.report.coverage import permission_table, spec_files
 from kvconform.conformance.report.latitudes import latitude_reasons, latitude_table
 from kvconform.conformance.permissions import all_permissions
@@ -109,3 +110,17 @@ def test_a_new_may_clause_is_a_gap_until_taken_or_explained():
     assert "ZZ-2" not in rows and "ZZ-3" in rows and not [u for u in rows if u.startswith('zz.md "ZZ-3')]
     texts["numerics.md"] += "| [ZZ-1](zz.md) | describes the inputs |\n"
     assert {r["unit"]: r for r in latitude_table(texts)}["ZZ-1"]["reason"] == "describes the inputs"
+
+
+#: counterexamples random quick runs drew against permission backends, each fixed in a bound's derivation
+#: (spec/numerics.md NU-R2): kept as cases, so that a bound losing its factor fails here on every run
+FALSE_ALARMS = {
+    "rwkv6_log_decays_range": "kvconform.conformance.permissions.recurrent:RwkvLogDecays",            # Lambda
+    "ssu_float32_bias_softplus": "kvconform.conformance.permissions.recurrent_float32:RecurrentFloat32",  # kappa
+}
+
+
+@pytest.mark.parametrize("case", sorted(FALSE_ALARMS))
+def test_a_false_alarm_found_once_stays_fixed(case):
+    folder = Path(__file__).parent / "false_alarms" / case
+    assert kvconform_main(["replay", str(folder), "--backend", FALSE_ALARMS[case]]) == 0
