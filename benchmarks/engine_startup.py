@@ -5,6 +5,7 @@ benchmarks/results/.
     .venv/bin/python benchmarks/engine_startup.py                        # all of it (~1-2 min on 2 cores)
     .venv/bin/python benchmarks/engine_startup.py --backends numpy       # skip the interpreters
     .venv/bin/python benchmarks/engine_startup.py --save after           # -> results/engine_startup_after.json
+    .venv/bin/python benchmarks/engine_startup.py --isolation --backends ''   # + the isolation ratio (~1 min)
 
 Measures, each in fresh processes (the median of --repeat runs), with the environment the CI steps get
 (ci/bootstrap.py:step_environment, i.e. bytecode caches allowed):
@@ -17,6 +18,10 @@ Measures, each in fresh processes (the median of --repeat runs), with the enviro
   run           `kvconform run --backend numpy --ops OP --profile ci`: wall time, the seconds its tests
                 took (their `duration`, summed), and the rest: the engine's start-up and shutdown (Python,
                 pytest, the suite's collection, the backend's worker, the reports)
+  isolation     (--isolation) ONE run of OP's hand mutants as its backends, as the project's meta-tests
+                run them, with each backend in a worker subprocess (a user's run) and in process
+                (`-- --kvc-isolation none`, tests/engine/conftest.py IN_PROCESS): wall and CPU seconds,
+                their ratio, and whether every test got the same status and counterexample both ways
   modules       which heavy frameworks `import kvconform` and `kvconform --help` load (should be none)
   examples/s    ONE run of OP on every backend of --backends: examples per second of each backend's tests
                 and its ratio to numpy's (numpy's rate is the engine's own cost: reference, comparison,
@@ -102,10 +107,11 @@ def heavy_modules(what: str, cwd: Path) -> list[str]:
     return [m for m in json.loads(proc.stderr.strip().splitlines()[-1]) if m in HEAVY]
 
 
-def timed_run(backends: list[str], op: str, cwd: Path, out: Path) -> tuple[float, float, list[dict]]:
+def timed_run(backends: list[str], op: str, cwd: Path, out: Path,
+              pytest_args: tuple[str, ...] = ()) -> tuple[float, float, list[dict]]:
     """(wall seconds, CPU seconds, result records) of one `kvconform run` of `op` on `backends`."""
     cmd = [kvconform_script(), "run", *[a for b in backends for a in ("--backend", b)], "--ops", op,
-           "--profile", "ci", "--out", str(out)]
+           "--profile", "ci", "--out", str(out), *(("--", *pytest_args) if pytest_args else ())]
     seconds, cpu, _ = timed(cmd, cwd, ok=(0, 1))
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
     return seconds, cpu, records
@@ -143,8 +149,25 @@ def measure(args) -> dict:
                       "ratio_to_numpy": round(rates[backend] / numpy_rate, 4) if numpy_rate else None}
             for (backend, _), row in sorted(rows.items()) if backend in rates}
         result["backends_wall_s"] = seconds
+    if args.isolation:
+        result["isolation"] = isolation(args.op, cwd)
     result["machine_python_mips"] = [round(speed_before, 2), round(python_rate(), 2)]
     return result
+
+
+def isolation(op: str, cwd: Path) -> dict:
+    """One run of `op`'s hand mutants with each in a worker subprocess, then one in process."""
+    from kvconform.conformance.mutants import all_mutants
+    specs = [m.spec for m in all_mutants() if m.op == op]
+    runs = {}
+    for mode, args in (("subprocess", ()), ("in_process", ("--kvc-isolation", "none"))):
+        seconds, cpu, records = timed_run(specs, op, cwd, cwd / f"isolation-{mode}", args)
+        runs[mode] = {"wall_s": round(seconds, 2), "cpu_s": round(cpu, 2),
+                      "verdicts": {r["id"]: [r["status"], r.get("counterexample")] for r in records}}
+    same = runs["subprocess"]["verdicts"] == runs["in_process"]["verdicts"]
+    return {"mutants": len(specs), "tests": len(runs["subprocess"]["verdicts"]), "same_verdicts": same,
+            **{mode: {k: v for k, v in run.items() if k != "verdicts"} for mode, run in runs.items()},
+            "cpu_ratio": round(runs["in_process"]["cpu_s"] / runs["subprocess"]["cpu_s"], 3)}
 
 
 def render(r: dict) -> list[str]:
@@ -162,6 +185,12 @@ def render(r: dict) -> list[str]:
     for backend, row in r.get("backends", {}).items():
         lines.append(f"  {backend:<8} {row['tests']:>3} tests {row['examples']:>5} examples {row['seconds']:>8.2f} s "
                      f"{row['examples_per_s']:>8.2f} examples/s  x{row['ratio_to_numpy']} of numpy's rate")
+    if "isolation" in r:
+        i = r["isolation"]
+        lines.append(f"{i['mutants']} hand mutants of {r['op']} in one run ({i['tests']} tests): in worker subprocesses "
+                     f"{i['subprocess']['wall_s']} s wall ({i['subprocess']['cpu_s']} s CPU), in process "
+                     f"{i['in_process']['wall_s']} s ({i['in_process']['cpu_s']} s CPU): x{i['cpu_ratio']} of the CPU; "
+                     f"{'the same' if i['same_verdicts'] else 'DIFFERENT'} status and counterexample for every test")
     return lines
 
 
@@ -172,6 +201,8 @@ def main() -> None:
     p.add_argument("--backends", default="numpy,triton,pallas",
                    help="comma-separated backends for examples/s ('' to skip; default numpy,triton,pallas)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each start-up measure (median; default 3)")
+    p.add_argument("--isolation", action="store_true",
+                   help="also time one run of the op's hand mutants in worker subprocesses and in process")
     p.add_argument("--save", metavar="LABEL", help="write benchmarks/results/engine_startup_LABEL.json")
     args = p.parse_args()
     if args.repeat < 1:

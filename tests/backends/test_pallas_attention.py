@@ -1,7 +1,9 @@
 """The Pallas ragged paged attention kernel (Pallas TPU interpret mode on CPU) against the reference.
 
-Clauses: PA-1 .. PA-25 (semantics), PA-24 (poison in unused slots/pages/padding rows never reaches a valid
-row). Results are judged by the suite's own checks (spec/numerics.md NU-PA1, NU-PA2, NU-7) through
+Clauses: PA-18, PA-19, PA-48 (quantized pages and their scales), the kernel's tiling rules and a hand-worked
+golden. The drawn differential and poison cases (PA-1 .. PA-25, PA-24) are the suite's own, which the CI
+gate runs on this backend (test_attention_differential, test_attention_poison); a copy of them here only
+cost time. Results are judged by the suite's own checks (spec/numerics.md NU-PA1, NU-PA2, NU-7) through
 `suite_checks.assert_conforms`, never a local bound.
 """
 from __future__ import annotations
@@ -11,8 +13,6 @@ import numpy as np
 import pytest
 
 pytest.importorskip("jax")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 from kvconform import reference  # noqa: E402
 from kvconform.backends.pallas import make_backend  # noqa: E402
@@ -25,31 +25,6 @@ BACKEND = make_backend()
 def _check(args, opts, actual, expected):
     """The suite's checks (NU-PA1 / NU-PA2 on the specified rows and tokens, NU-7), never a local bound."""
     assert_conforms("ragged_paged_attention", inputs_of("ragged_paged_attention", *args, **opts), actual, expected)
-
-
-@st.composite
-def attention_case(draw):
-    hkv = draw(st.sampled_from([1, 2, 4]))
-    group = draw(st.sampled_from([1, 2, 3]))
-    D = draw(st.sampled_from([4, 8, 32]))
-    ps = draw(st.sampled_from([1, 2, 4, 8]))
-    S = draw(st.integers(1, 4))
-    num_seqs = draw(st.integers(0, S))
-    kv_lens = [draw(st.integers(0, 20)) for _ in range(S)]
-    q_lens = [draw(st.integers(0, kv)) for kv in kv_lens]  # decode rows (1), prefill chunks, empty
-    pps = max(1, -(-max(kv_lens) // ps))
-    P = S * pps + draw(st.integers(0, 3))
-    seed = draw(st.integers(0, 2 ** 16))
-    opts = {}
-    if draw(st.booleans()):
-        opts["sliding_window"] = draw(st.integers(1, 12))
-    if draw(st.booleans()):
-        opts["soft_cap"] = draw(st.sampled_from([0.5, 5.0, 30.0]))
-    if draw(st.booleans()):
-        opts["sinks"] = "draw"
-    opts["return_scores"] = draw(st.booleans())
-    return dict(hkv=hkv, group=group, D=D, ps=ps, S=S, num_seqs=num_seqs, kv_lens=kv_lens, q_lens=q_lens,
-                pps=pps, P=P, seed=seed, opts=opts)
 
 
 def _build(c, dtype=np.float32, kv_dtype=np.float32, poison=True):
@@ -78,17 +53,6 @@ def _build(c, dtype=np.float32, kv_dtype=np.float32, poison=True):
     if opts.get("sinks") == "draw":
         opts["sinks"] = rng.standard_normal(hq)
     return (q, k, v, kv_lens, table, cu, n), opts
-
-
-@settings(max_examples=12, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(attention_case())
-def test_matches_reference_with_poison(case):
-    """PA-1..PA-25 differential, NaN poison in every must-not-matter place (PA-24)."""
-    args, opts = _build(case)
-    expected = reference.ragged_paged_attention(*args, **opts)
-    actual = BACKEND.ragged_paged_attention(*args, **opts)
-    _check(args, opts, actual, expected)
 
 
 FIXED = dict(hkv=2, group=2, D=16, ps=4, S=3, num_seqs=3, kv_lens=[9, 4, 13], q_lens=[1, 4, 6], pps=4,

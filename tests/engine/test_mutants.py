@@ -1,9 +1,10 @@
 """The suite has teeth: every registered mutant fails on its op and clause with a small counterexample.
 
 Each op's selected mutants run as the backends of ONE `kvconform run` of that op (conftest `run_many`,
-shared by the op's tests and across pytest-xdist workers); every check reads only its own mutant's records
-(`backend_spec`), so it means what it meant when each mutant had a run of its own, which
-test_a_run_of_several_backends_keeps_each_ones_records_apart checks against a run of one."""
+shared by the op's tests and across pytest-xdist workers), in process (conftest.IN_PROCESS); every check
+reads only its own mutant's records (`backend_spec`), so it means what it meant when each mutant had a run
+of its own in its worker, which test_a_run_of_several_backends_keeps_each_ones_records_apart checks against
+a run of one."""
 from __future__ import annotations
 
 import json
@@ -104,8 +105,9 @@ def _unparametrized(record: dict, spec: str) -> str:
 
 
 def test_a_run_of_several_backends_keeps_each_ones_records_apart(cli, run_many, tmp_path):
-    """What the grouped mutant runs rely on: in one run of several backends each record, verdict,
-    counterexample and reproducer is its backend's own, and a backend's results are those it gets alone."""
+    """What the grouped mutant runs rely on: in one run of several backends, in process, each record,
+    verdict, counterexample and reproducer is its backend's own, and a backend's results are those it gets
+    alone, in a worker subprocess (the isolation of a user's run)."""
     a = "kvconform.conformance.mutants.kv_write:WriteKvInt8ThroughInt32"
     b = "kvconform.conformance.mutants.kv_write:WriteKvGridFollowsKeys"
     specs = ("numpy", a, b)

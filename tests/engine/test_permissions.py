@@ -2,8 +2,8 @@
 
 A permission backend (kvconform.conformance.permissions) takes one latitude the spec grants, in its most
 adversarial legal form (spec/numerics.md "Permissions"). One `kvconform run` per op and profile runs every
-permission backend of that op together; any failure is a false alarm of the suite (its draws or a bound's
-derivation), never a reason to widen a bound for that backend.
+permission backend of that op together, in process (conftest.IN_PROCESS); any failure is a false alarm of
+the suite (its draws or a bound's derivation), never a reason to widen a bound for that backend.
 
 The quick runs take a fixed seed, so the project's CI is a function of its commit (the ci profile is
 derandomized). To search more of the draws, as a user's random quick runs do, set
@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import IN_PROCESS
 
 from kvconform.conformance.cli import main as kvconform_main
 from kvconform.conformance.report.coverage import permission_table, spec_files
@@ -35,7 +36,7 @@ def _run_all(cli, tmp_path, op: str, profile: str, specs) -> dict:
         args += ["--seed", QUICK_SEED]
     for spec in specs:
         args += ["--backend", spec]
-    proc = cli(*args, timeout=900)
+    proc = cli(*args, "--", *IN_PROCESS, timeout=900)
     report = cli.report(out) if (out / "report.json").exists() else {"results": []}
     bad = [(r["id"], r["status"], r["message"][:600]) for r in report["results"]
            if r["status"] not in ("pass", "unsupported", "xfail")]

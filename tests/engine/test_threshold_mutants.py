@@ -2,8 +2,8 @@
 (conformance/mutants/thresholds.py) is killed on numpy's claims, and those from a dimension's small_max on
 are killed by reach tests alone (spec/numerics.md "Reach by dimension").
 
-One `kvconform run --profile ci` per op with that op's generated mutants as backends (the start-up of a
-run per mutant would be most of the cost): by default the hardest of each dimension (the largest tile and
+One `kvconform run --profile ci` per op with that op's generated mutants as backends, in process
+(conftest.IN_PROCESS; the start-up of a run per mutant would be most of the cost): by default the hardest of each dimension (the largest tile and
 the 16-bit narrowing), every one with KVCONFORM_ALL_THRESHOLD_MUTANTS=1; every mutant at every tile is
 checked in process against the same reach draws (test_every_generated_mutant_differs_on_a_reach_draw).
 The run selects the reach tests (REACH_TESTS; pytest's -k also matches the checkout's folder name, so a
@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 import pytest
+from conftest import IN_PROCESS
 from dimension_columns import columns, draw
 
 from kvconform import reference
@@ -53,7 +54,8 @@ def test_generated_threshold_mutants_are_killed_by_reach_tests(cli, tmp_path, op
     out = tmp_path / "out"
     args = [a for m in mutants for a in ("--backend", m.spec)]
     select = f"({' or '.join(REACH_TESTS.split('|'))}) and not rejects"
-    proc = cli("run", *args, "--ops", op, "--profile", "ci", "--out", str(out), "--", "-k", select, timeout=1800)
+    proc = cli("run", *args, "--ops", op, "--profile", "ci", "--out", str(out), "--", "-k", select, *IN_PROCESS,
+               timeout=1800)
     assert proc.returncode in (1, 3), proc.stdout   # -k picks the reach tests: never green[-3000:] + proc.stderr[-3000:]
     results = cli.report(out)["results"]
     catching = REACH_TESTS.split("|")
