@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import pytest
+from conftest import IN_PROCESS
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_numpy_backend_has_no_failures(cli, tmp_path, seed):
+    """Seed 3 runs as a user's run does, in two pytest-xdist workers with the backend in its worker
+    subprocess; the other seeds check more draws, with the backend in process (conftest.IN_PROCESS: the
+    isolation changes no verdict, and costs ~30% of a NumPy backend's run)."""
     out = tmp_path / "out"
-    extra = ["--jobs", "2"] if seed == 3 else []
+    extra = ["--jobs", "2"] if seed == 3 else ["--", *IN_PROCESS]
     proc = cli("run", "--backend", "numpy", "--seed", str(seed), "--out", str(out), *extra)  # every op
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = cli.report(out)
