@@ -61,8 +61,8 @@ GROUP_TIMEOUT = 3600
 #: permission backends): each backend runs in the run's own process (`--kvc-isolation none`, engine/worker.py
 #: InProcess) instead of a worker subprocess of its own. The verdicts are the same: InProcess makes the same
 #: protocol checks (conversion, mutation, aliasing), and the suite's draws do not depend on the isolation
-#: (measured: ragged_paged_attention's 21 hand mutants, 2436 records, and write_kv's 9, 432 records: the same
-#: status and counterexample for every test). It saves the ~0.4 s start of a worker per backend and the
+#: (measured on the hand mutants of ragged_paged_attention, write_kv, selective_state_update and
+#: recurrent_store_step, 3184 records: the same status and counterexample for every test). It saves the ~0.4 s start of a worker per backend and the
 #: pickling of every call's arrays: x0.61 of the CPU seconds of write_kv's mutant run
 #: (benchmarks/engine_startup.py --isolation, docs/performance.md). What the isolation itself does
 #: (crashes, hangs, exits, hostile backends) is tested with real workers (test_runner.py, test_hostile_*.py),
