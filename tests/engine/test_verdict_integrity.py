@@ -127,13 +127,15 @@ def test_poison_expectation_keeps_copied_locations_from_the_reference():
     assert mixed[0] == 1.5 and np.isnan(mixed[1]) and mixed[2] == 3.5
 
 
-def test_two_independent_bugs_are_both_reported_with_their_causes(cli, tmp_path):
+#: the mutant with two independent bugs; its run (conftest run_many, in process) is shared by two tests
+TWO_BUGS = "kvconform.conformance.mutants.paged_attention:VTailLeakAndSoftCapError"
+
+
+def test_two_independent_bugs_are_both_reported_with_their_causes(run_many):
     """A NaN leak from V past kv_len hid every other finding when all cases were poisoned."""
-    out = tmp_path / "out"
-    proc = cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:VTailLeakAndSoftCapError",
-               "--ops", "ragged_paged_attention", "--profile", "ci", "--out", str(out), timeout=900)
-    assert proc.returncode == 1
-    failed = [r for r in cli.report(out)["results"] if r["status"] == "fail"]
+    run = run_many("ragged_paged_attention", [TWO_BUGS], "ci")
+    assert run.returncode == 1, run.output
+    failed = [r for r in run.records(TWO_BUGS) if r["status"] == "fail"]
     leak = [r for r in failed if "poison" in r["id"]]
     cap = [r for r in failed if r["id"].endswith("differential[VTailLeakAndSoftCapError-soft_cap]")]
     assert leak and cap, [r["id"] for r in failed]
@@ -143,7 +145,7 @@ def test_two_independent_bugs_are_both_reported_with_their_causes(cli, tmp_path)
     assert cap[0]["diagnosis"]["variations"][0]["name"] == "soft_cap off"
     # the clean differential columns without a cap pass: the leak does not hide behind every case
     assert any(r["id"].endswith("differential[VTailLeakAndSoftCapError-base]") and r["status"] == "pass"
-               for r in cli.report(out)["results"])
+               for r in run.records(TWO_BUGS))
 
 
 # --- claims vocabulary -----------------------------------------------------------------------------
@@ -243,10 +245,9 @@ def test_numerical_and_rejection_tests_are_counted_apart(cli, tmp_path):
     assert "errors layer (rejection tests)" in (out / "report.html").read_text()
 
 
-def test_diagnosis_reaches_the_reports_and_replay(cli, tmp_path):
-    out = tmp_path / "out"
-    cli("run", "--backend", "kvconform.conformance.mutants.paged_attention:VTailLeakAndSoftCapError",
-        "--ops", "ragged_paged_attention", "--profile", "ci", "--out", str(out), timeout=900)
+def test_diagnosis_reaches_the_reports_and_replay(cli, run_many):
+    run = run_many("ragged_paged_attention", [TWO_BUGS], "ci")
+    out = run.out
     report = cli.report(out)
     leak = next(r for r in report["results"] if r["status"] == "fail" and "poison" in r["id"])
     assert "(v_tail)" in leak["diagnosis"]["summary"]
