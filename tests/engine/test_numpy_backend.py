@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from conftest import IN_PROCESS
 
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_numpy_backend_has_no_failures(cli, tmp_path, seed):
     """Seed 3 runs as a user's run does, in two pytest-xdist workers with the backend in its worker
