@@ -125,14 +125,15 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
         # (NaN or inf in `a`, or a finite `a` against a non-finite `r`) fails.
         same_special = ~r_finite & ((np.isnan(a) & np.isnan(r)) | (a == r))
         err = np.where(same_special, 0.0, np.where(np.isfinite(err), err, math.inf))
+        r0 = np.where(r_finite, r, 0.0)
+        ulp_out = ulp(r0, tol.out_dtype)   # the required precision's spacing at each finite |r|
         if tol.kind == "ulp":
-            allowed = tol.n_ulp * ulp(np.where(r_finite, r, 0.0), tol.out_dtype) + tol.atol
+            allowed = tol.n_ulp * ulp_out + tol.atol
         else:
-            r0 = np.where(r_finite, r, 0.0)
             # NU-8: never below half an ULP of the required precision at |r|. rtol >= u_out gives it for
             # normal |r|; below the smallest normal the spacing is fixed (float16: 2^-24), and a correctly
             # rounded float16 output of an SSD case with outputs of 1e-8 (0.0) failed at 1e3x the bound.
-            allowed = np.maximum(tol.atol + tol.rtol * np.abs(r0), 0.5 * ulp(r0, tol.out_dtype))
+            allowed = np.maximum(tol.atol + tol.rtol * np.abs(r0), 0.5 * ulp_out)
         allowed = np.broadcast_to(np.where(np.isfinite(allowed), allowed, 0.0), r.shape)
         # any error where none is allowed is inf times the allowance (not err / 1e-300: reports showed
         # such quotients, 1e+300 and the like, as if they were measured)
@@ -153,7 +154,7 @@ def _compare(name, actual, expected, tol, mask) -> FieldResult:
             # NU-6: ||a - r|| <= aggregate * ||tol|| over the compared elements, each error less the
             # output's own rounding (NU-8: a correctly rounded output passes; bfloat16 outputs of an SSD
             # case, all within half an ULP, failed the aggregate at 1.005x)
-            beyond = np.maximum(err - 0.5 * ulp(np.where(r_finite, r, 0.0), tol.out_dtype), 0.0)
+            beyond = np.maximum(err - 0.5 * ulp_out, 0.0)
             num = float(np.sqrt(np.sum(np.where(mask, beyond, 0.0) ** 2)))
             den = float(np.sqrt(np.sum(np.where(mask, allowed, 0.0) ** 2)))
             res.aggregate = num / den if den > 0 else (0.0 if num == 0 else math.inf)
