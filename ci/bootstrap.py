@@ -96,14 +96,22 @@ def main(argv: list[str]) -> None:
         # between them. A reading never fails the run, and the second is taken even when a step failed.
         log_machine_speed("before")
         try:
-            # worksteal: an idle worker takes queued tests from the busy one (the mutant meta-tests run
-            # 15-130 s each, and xdist's default hand-out left one core idle for minutes at the end)
-            step("project tests", [PY, "-m", "pytest", "-n", "2", "--dist", "worksteal", "-q", "tests"])
-            step("conformance gate (ci profile: numpy, triton and pallas backends)",
-                 [kvconform, "run", "--backend", "numpy", "--backend", "triton", "--backend", "pallas",
-                  "--profile", "ci", "--jobs", "2", "--out", "ci-out"])
+            for title, cmd in test_steps():
+                step(title, cmd)
         finally:
             log_machine_speed("after")
+
+
+def test_steps() -> list[tuple[str, list]]:
+    """The steps of `test` after the install, as (title, command); benchmarks/ci_cpu.py times the same ones."""
+    return [
+        # worksteal: an idle worker takes queued tests from the busy one (the mutant meta-tests run 15-130 s
+        # each, and xdist's default hand-out left one core idle for minutes at the end)
+        ("project tests", [PY, "-m", "pytest", "-n", "2", "--dist", "worksteal", "-q", "tests"]),
+        ("conformance gate (ci profile: numpy, triton and pallas backends)",
+         [BIN / "kvconform", "run", "--backend", "numpy", "--backend", "triton", "--backend", "pallas",
+          "--profile", "ci", "--jobs", "2", "--out", "ci-out"]),
+    ]
 
 
 def log_machine_speed(when: str) -> None:
