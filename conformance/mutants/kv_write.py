@@ -26,7 +26,7 @@ class WriteKvReciprocalScale(Mutant):
         call = validate_write_kv(k_pages, v_pages, k, v, slot_mapping, k_scale=k_scale, v_scale=v_scale)
         if call.k_scale is None:
             return reference.write_kv(k_pages, v_pages, k, v, slot_mapping)
-        page_size, hkv = np.shape(k_pages)[1], np.shape(k_pages)[2]
+        hkv = np.shape(k_pages)[2]
         slots = np.where(np.asarray(slot_mapping) >= 0, slot_mapping, 0)
 
         def prescaled(x, s):   # fl32(x) * fl32(1/s): store at scale 1 what the kernel computed

@@ -16,7 +16,6 @@ from `pick_size`.
 from __future__ import annotations
 
 import pytest
-from hypothesis import strategies as st
 
 from kvconform.backends.base import OpClaims
 

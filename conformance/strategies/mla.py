@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from kvconform.backends.base import LIMITS, OpClaims
 
 from kvconform.conformance.engine import strided
-from kvconform.conformance.engine.case import Case, PoisonRegion
+from kvconform.conformance.engine.case import Case
 from .variations import widened, without
 from . import constraints, goldens
 from . import dimension_reach as dr
