@@ -51,7 +51,7 @@ def run_step(title: str, cmd: list, env: dict, cores: int) -> dict:
     """Run one CI step; its wall and CPU seconds and busy share (CPU over wall x cores)."""
     print(f"=== {title}\n$ {' '.join(map(str, cmd))}", flush=True)
     cpu, start = children_cpu(), time.perf_counter()
-    rc = subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    rc = subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)   # its output shows, as in the CI
     wall, cpu = time.perf_counter() - start, children_cpu() - cpu
     return {"step": title, "exit": rc, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "busy": round(cpu / (wall * cores), 3)}
