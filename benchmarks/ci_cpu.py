@@ -21,7 +21,6 @@ import argparse
 import importlib.util
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -31,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from machine_speed import python_rate  # noqa: E402  (benchmarks/ is not a package)
+from engine_startup import children_cpu  # noqa: E402  (benchmarks/ is not a package)
+from machine_speed import python_rate  # noqa: E402
 
 
 def _bootstrap():
@@ -40,11 +40,6 @@ def _bootstrap():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run_step(title: str, cmd: list, env: dict, cores: int) -> dict:

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
+KVCONFORM = BIN / "kvconform"
 STAMP = VENV / "kvconform-install.stamp"
 
 
@@ -84,12 +85,11 @@ def main(argv: list[str]) -> None:
     if len(argv) != 1 or argv[0] not in ("report", "test"):
         sys.exit("usage: python3 ci/bootstrap.py report|test")
     setup()
-    kvconform = BIN / "kvconform"
     if argv[0] == "report":
         # every backend that runs here, the third-party adapters (backends/jax_*) included when jax is
         # installed; their known upstream bugs are xfail (with reason and file:line) by the expectations file
         step("conformance report (quick profile, every backend that runs here)",
-             [kvconform, "run", "--out", "kvconform-out", "--expectations", "ci/expectations/jax_thirdparty.toml"])
+             [KVCONFORM, "run", "--out", "kvconform-out", "--expectations", "ci/expectations/jax_thirdparty.toml"])
         print(f"\nreport: {ROOT / 'kvconform-out' / 'report.html'} (also report.md, report.json, junit.xml)")
     else:
         # The host's speed changed ~2x within a day (issue 16): readings before and after date the timings
@@ -109,7 +109,7 @@ def test_steps() -> list[tuple[str, list]]:
         # each, and xdist's default hand-out left one core idle for minutes at the end)
         ("project tests", [PY, "-m", "pytest", "-n", "2", "--dist", "worksteal", "-q", "tests"]),
         ("conformance gate (ci profile: numpy, triton and pallas backends)",
-         [BIN / "kvconform", "run", "--backend", "numpy", "--backend", "triton", "--backend", "pallas",
+         [KVCONFORM, "run", "--backend", "numpy", "--backend", "triton", "--backend", "pallas",
           "--profile", "ci", "--jobs", "2", "--out", "ci-out"]),
     ]
 

@@ -62,11 +62,12 @@ GROUP_TIMEOUT = 3600
 #: InProcess) instead of a worker subprocess of its own. The verdicts are the same: InProcess makes the same
 #: protocol checks (conversion, mutation, aliasing), and the suite's draws do not depend on the isolation
 #: (measured on the hand mutants of ragged_paged_attention, write_kv, selective_state_update and
-#: recurrent_store_step, 3184 records: the same status and counterexample for every test). It saves the ~0.4 s start of a worker per backend and the
-#: pickling of every call's arrays: x0.61 of the CPU seconds of write_kv's mutant run
-#: (benchmarks/engine_startup.py --isolation, docs/performance.md). What the isolation itself does
-#: (crashes, hangs, exits, hostile backends) is tested with real workers (test_runner.py, test_hostile_*.py),
-#: and test_mutants.py checks a grouped in-process run against a run of one backend in its worker.
+#: recurrent_store_step, 3184 records: the same status and counterexample for every test). It saves the
+#: ~0.4 s start of a worker per backend and the pickling of every call's arrays: x0.61 of the CPU seconds of
+#: write_kv's mutant run (benchmarks/engine_startup.py --isolation, docs/performance.md). What the isolation
+#: itself does (crashes, hangs, exits, hostile backends) is tested with real workers (test_runner.py,
+#: test_hostile_*.py), and test_mutants.py checks a grouped in-process run against a run of one backend in
+#: its worker.
 IN_PROCESS = ("--kvc-isolation", "none")
 
 
